@@ -1,0 +1,12 @@
+//! The CNI wire protocol: environment, stdin config, results, versions and errors.
+//! Pure data handling; nothing here touches the kernel or runs plugins.
+
+pub mod config;
+pub mod env;
+pub mod error;
+pub mod result;
+pub mod version;
+
+pub use env::{Command, Invocation};
+pub use error::{CniError, ErrorCode};
+pub use result::CniResult;
