@@ -1,0 +1,415 @@
+//! Runs a network's chain of plugins in one process, the way libcni runs a
+//! conflist: ADD in order passing each result on as the next `prevResult`,
+//! DEL in reverse (best effort, reporting every failure), CHECK in order,
+//! STATUS in order up to the first failure, GC to every plugin.
+//!
+//! Unlike libcni, a failed ADD is rolled back here: every plugin that ran
+//! (including the one that failed) gets a DEL, and an IPAM allocation the
+//! failing plugin made is released even if its own DEL cannot run. The
+//! runtime's DEL after a failed ADD then finds nothing left to do.
+
+mod services;
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::cni::config::{ChainEntry, NetConf};
+use crate::cni::result::{self, CniResult};
+use crate::cni::Command;
+use crate::error::HostError;
+use crate::log;
+use crate::sandbox::{convert, wit, Call, Limits, Runtime};
+use crate::state::{now_ms, AttachmentRecord, AttachmentRecords, RECORD_KIND};
+use crate::store::StateStore;
+use services::StepServices;
+
+/// The attachment an ADD/DEL/CHECK is about (from CNI_* variables).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attachment {
+    pub container_id: String,
+    pub ifname: String,
+    pub netns: Option<String>,
+    pub args: Vec<(String, String)>,
+}
+
+pub struct Executor {
+    runtime: Arc<Runtime>,
+    conf: Arc<NetConf>,
+    records: Arc<dyn AttachmentRecords + Send + Sync>,
+    store: Arc<dyn StateStore>,
+}
+
+/// What a chain step runs with.
+struct Step<'a> {
+    index: usize,
+    entry: &'a ChainEntry,
+    command: Command,
+}
+
+impl Executor {
+    pub fn new(
+        runtime: Arc<Runtime>,
+        conf: Arc<NetConf>,
+        records: Arc<dyn AttachmentRecords + Send + Sync>,
+        store: Arc<dyn StateStore>,
+    ) -> Self {
+        Executor {
+            runtime,
+            conf,
+            records,
+            store,
+        }
+    }
+
+    pub fn conf(&self) -> &NetConf {
+        &self.conf
+    }
+
+    fn incoming_prev(&self) -> Result<Option<CniResult>, HostError> {
+        match &self.conf.prev_result {
+            Some(v) => Ok(Some(result::parse(v, &self.conf.cni_version)?)),
+            None => Ok(None),
+        }
+    }
+
+    pub fn add(&self, att: &Attachment) -> Result<CniResult, HostError> {
+        let mut prev = self.incoming_prev()?;
+        for (index, entry) in self.conf.chain.iter().enumerate() {
+            let step = Step {
+                index,
+                entry,
+                command: Command::Add,
+            };
+            match self.run(&step, att, prev.as_ref(), None) {
+                Ok(Some(r)) => prev = Some(r),
+                Ok(None) => {
+                    return Err(HostError::internal(format!(
+                        "chain[{index}] ({}) returned no result",
+                        entry.plugin_type
+                    )))
+                }
+                Err((err, ipam_held)) => {
+                    self.rollback(att, index, prev.as_ref(), ipam_held);
+                    return Err(err);
+                }
+            }
+        }
+        let result = prev.unwrap_or_default();
+        let record = AttachmentRecord {
+            kind: RECORD_KIND.into(),
+            network: self.conf.name.clone(),
+            container_id: att.container_id.clone(),
+            ifname: att.ifname.clone(),
+            netns: att.netns.clone(),
+            cni_args: att.args.clone(),
+            runtime_config: self.conf.runtime_config.clone(),
+            result: result.to_json("1.1.0")?,
+            created_at: now_ms(),
+        };
+        if let Err(e) = self.records.save(&record) {
+            // Without the record a later DEL could not find what to undo.
+            let err = HostError::state("saving the attachment record", e);
+            self.rollback(att, self.conf.chain.len() - 1, Some(&result), None);
+            return Err(err);
+        }
+        Ok(result)
+    }
+
+    /// DEL every plugin from `failed` down to the first, after a failed ADD.
+    fn rollback(
+        &self,
+        att: &Attachment,
+        failed: usize,
+        partial: Option<&CniResult>,
+        ipam_held: Option<String>,
+    ) {
+        for index in (0..=failed).rev() {
+            let entry = &self.conf.chain[index];
+            let step = Step {
+                index,
+                entry,
+                command: Command::Del,
+            };
+            let released = match self.run(&step, att, partial, None) {
+                Ok(_) => true,
+                Err((e, _)) => {
+                    log::warn(format_args!("rollback of chain[{index}] failed: {e}"));
+                    false
+                }
+            };
+            // The failed plugin may have allocated an address and then died
+            // before it could release it; its DEL may die the same way.
+            if index == failed && !released {
+                if let Some(ipam_type) = &ipam_held {
+                    if let Err(e) = self.release_ipam(&step, att, ipam_type) {
+                        log::warn(format_args!(
+                            "releasing {ipam_type} after a failed ADD: {e}"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+
+    fn release_ipam(
+        &self,
+        step: &Step<'_>,
+        att: &Attachment,
+        ipam_type: &str,
+    ) -> Result<(), HostError> {
+        let config = self.plugin_config(step, None)?;
+        self.services(step.entry, Command::Del, &config, att, None)
+            .run_ipam_direct(ipam_type)
+    }
+
+    pub fn del(&self, att: &Attachment) -> Result<(), HostError> {
+        let prev = match self.incoming_prev()? {
+            Some(p) => Some(p),
+            None => self.recorded_result(att)?,
+        };
+        let mut errors = Vec::new();
+        for (index, entry) in self.conf.chain.iter().enumerate().rev() {
+            let step = Step {
+                index,
+                entry,
+                command: Command::Del,
+            };
+            if let Err((e, _)) = self.run(&step, att, prev.as_ref(), None) {
+                errors.push(e);
+            }
+        }
+        if errors.is_empty() {
+            self.records
+                .remove(&self.conf.name, &att.container_id, &att.ifname)
+                .map_err(|e| HostError::state("removing the attachment record", e))?;
+            Ok(())
+        } else {
+            Err(HostError::many(errors))
+        }
+    }
+
+    pub fn check(&self, att: &Attachment) -> Result<(), HostError> {
+        let prev = match self.incoming_prev()? {
+            Some(p) => Some(p),
+            None => self.recorded_result(att)?,
+        };
+        for (index, entry) in self.conf.chain.iter().enumerate() {
+            let step = Step {
+                index,
+                entry,
+                command: Command::Check,
+            };
+            self.run(&step, att, prev.as_ref(), None)
+                .map_err(|(e, _)| e)?;
+        }
+        Ok(())
+    }
+
+    pub fn status(&self) -> Result<(), HostError> {
+        let att = no_attachment();
+        for (index, entry) in self.conf.chain.iter().enumerate() {
+            let step = Step {
+                index,
+                entry,
+                command: Command::Status,
+            };
+            self.run(&step, &att, None, None).map_err(|(e, _)| e)?;
+        }
+        Ok(())
+    }
+
+    /// GC: DEL every recorded attachment of this network that is not in the
+    /// valid set (as libcni does with its cache), then send GC to every
+    /// plugin so each can release what it holds for unknown attachments.
+    pub fn gc(&self) -> Result<(), HostError> {
+        let valid: Vec<(String, String)> = self.conf.valid_attachments.clone().unwrap_or_default();
+        let mut errors = Vec::new();
+        let records = self
+            .records
+            .list(&self.conf.name)
+            .map_err(|e| HostError::state("listing attachment records", e))?;
+        for rec in records {
+            let key = (rec.container_id.clone(), rec.ifname.clone());
+            if valid.contains(&key) {
+                continue;
+            }
+            log::info(format_args!(
+                "gc: deleting stale attachment {} {}",
+                rec.container_id, rec.ifname
+            ));
+            let att = Attachment {
+                container_id: rec.container_id.clone(),
+                ifname: rec.ifname.clone(),
+                netns: rec.netns.clone(),
+                args: rec.cni_args.clone(),
+            };
+            let prev = result::parse(&rec.result, "1.1.0").ok();
+            let mut failed = false;
+            for (index, entry) in self.conf.chain.iter().enumerate().rev() {
+                let step = Step {
+                    index,
+                    entry,
+                    command: Command::Del,
+                };
+                if let Err((e, _)) = self.run(&step, &att, prev.as_ref(), None) {
+                    errors.push(e);
+                    failed = true;
+                }
+            }
+            if !failed {
+                if let Err(e) = self
+                    .records
+                    .remove(&self.conf.name, &att.container_id, &att.ifname)
+                {
+                    errors.push(HostError::state("removing a stale attachment record", e));
+                }
+            }
+        }
+        let valid_wit: Vec<wit::Attachment> = valid
+            .iter()
+            .map(|(c, i)| wit::Attachment {
+                container_id: c.clone(),
+                ifname: i.clone(),
+            })
+            .collect();
+        let att = no_attachment();
+        for (index, entry) in self.conf.chain.iter().enumerate() {
+            let step = Step {
+                index,
+                entry,
+                command: Command::Gc,
+            };
+            if let Err((e, _)) = self.run(&step, &att, None, Some(&valid_wit)) {
+                errors.push(e);
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(HostError::many(errors))
+        }
+    }
+
+    fn recorded_result(&self, att: &Attachment) -> Result<Option<CniResult>, HostError> {
+        let rec = match self
+            .records
+            .load(&self.conf.name, &att.container_id, &att.ifname)
+        {
+            Ok(r) => r,
+            Err(e) => {
+                // Like libcni with an unreadable cache: carry on without it.
+                log::warn(format_args!("ignoring unreadable attachment record: {e}"));
+                None
+            }
+        };
+        Ok(rec.and_then(|r| result::parse(&r.result, "1.1.0").ok()))
+    }
+
+    fn services(
+        &self,
+        entry: &ChainEntry,
+        command: Command,
+        config: &str,
+        att: &Attachment,
+        valid: Option<&[wit::Attachment]>,
+    ) -> StepServices {
+        StepServices::new(
+            self.runtime.clone(),
+            self.store.clone(),
+            &self.conf.name,
+            entry,
+            command,
+            config,
+            att,
+            valid,
+        )
+    }
+
+    fn plugin_config(
+        &self,
+        step: &Step<'_>,
+        prev: Option<&CniResult>,
+    ) -> Result<String, HostError> {
+        let prev_json = match prev {
+            Some(p) => Some(p.to_json(&self.conf.cni_version)?),
+            None => None,
+        };
+        let gc_or_status = matches!(step.command, Command::Gc | Command::Status);
+        let map = self
+            .conf
+            .plugin_config(step.entry, prev_json.as_ref(), gc_or_status);
+        serde_json::to_string(&Value::Object(map))
+            .map_err(|e| HostError::internal(format!("serialising plugin config: {e}")))
+    }
+
+    /// Run one step. On failure also returns the IPAM type whose allocation
+    /// the step still holds, if any (for rollback).
+    fn run(
+        &self,
+        step: &Step<'_>,
+        att: &Attachment,
+        prev: Option<&CniResult>,
+        valid: Option<&[wit::Attachment]>,
+    ) -> Result<Option<CniResult>, (HostError, Option<String>)> {
+        let at = |e: HostError| (e.in_step(step.index, &step.entry.plugin_type), None);
+        let config = self.plugin_config(step, prev).map_err(at)?;
+        let plugin = self
+            .runtime
+            .load(&step.entry.plugin_type, step.entry.limits.sha256.as_deref())
+            .map_err(|e| at(e.into()))?;
+        let request = wit::Request {
+            container_id: att.container_id.clone(),
+            ifname: att.ifname.clone(),
+            netns: att.netns.clone(),
+            args: att.args.clone(),
+            config: config.clone(),
+            prev_result: prev.map(convert::to_wit),
+        };
+        let services = Arc::new(self.services(step.entry, step.command, &config, att, valid));
+        let call = match step.command {
+            Command::Add => Call::Add(&request),
+            Command::Del => Call::Del(&request),
+            Command::Check => Call::Check(&request),
+            Command::Status => Call::Status(&config),
+            Command::Gc => Call::Gc(&config, valid.unwrap_or(&[])),
+            Command::Version => return Ok(None),
+        };
+        log::debug(format_args!(
+            "chain[{}] {} {}",
+            step.index,
+            step.entry.plugin_type,
+            call.verb()
+        ));
+        let limits = Limits::resolve(&step.entry.limits);
+        match self.runtime.call(&plugin, limits, services.clone(), call) {
+            Ok(Some(r)) => {
+                let r = convert::from_wit(r);
+                // A plugin's result is untrusted input like any other:
+                // re-read it through the same parser runtimes' results take.
+                let json = r.to_json("1.1.0").map_err(|e| at(e.into()))?;
+                let checked = result::parse(&json, "1.1.0").map_err(|e| {
+                    at(HostError::PluginResult {
+                        plugin: step.entry.plugin_type.clone(),
+                        error: e,
+                    })
+                })?;
+                Ok(Some(checked))
+            }
+            Ok(None) => Ok(None),
+            Err(e) => Err((
+                HostError::from(e).in_step(step.index, &step.entry.plugin_type),
+                services.ipam_held(),
+            )),
+        }
+    }
+}
+
+fn no_attachment() -> Attachment {
+    Attachment {
+        container_id: String::new(),
+        ifname: String::new(),
+        netns: None,
+        args: Vec::new(),
+    }
+}

@@ -1,0 +1,168 @@
+//! What a chain step's plugin may ask of the host: for now, IPAM delegation.
+
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+
+use super::Attachment;
+use crate::cni::config::{ChainEntry, Limits as ConfLimits};
+use crate::cni::{CniError, Command, ErrorCode};
+use crate::error::HostError;
+use crate::sandbox::{wit, Call, CniResultWit, IpamOp, Limits, Runtime, Services, StoreAccess};
+use crate::store::{Owner, Scope, StateStore};
+
+pub(super) struct StepServices {
+    runtime: Arc<Runtime>,
+    command: Command,
+    network: String,
+    /// The plugin this step runs (its store scope).
+    plugin_type: String,
+    store: Arc<dyn StateStore>,
+    /// `ipam.type` of the step's config, if it has one.
+    ipam_type: Option<String>,
+    ipam_limits: ConfLimits,
+    request: wit::Request,
+    valid: Vec<wit::Attachment>,
+    /// Set while the delegate holds an allocation made during this step.
+    held: Mutex<Option<String>>,
+}
+
+impl StepServices {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn new(
+        runtime: Arc<Runtime>,
+        store: Arc<dyn StateStore>,
+        network: &str,
+        entry: &ChainEntry,
+        command: Command,
+        config: &str,
+        att: &Attachment,
+        valid: Option<&[wit::Attachment]>,
+    ) -> Self {
+        let ipam = entry.raw.get("ipam").and_then(Value::as_object);
+        let ipam_type = ipam
+            .and_then(|i| i.get("type"))
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        let ipam_limits = entry.ipam_limits.clone();
+        StepServices {
+            runtime,
+            command,
+            network: network.to_string(),
+            plugin_type: entry.plugin_type.clone(),
+            store,
+            ipam_type,
+            ipam_limits,
+            request: wit::Request {
+                container_id: att.container_id.clone(),
+                ifname: att.ifname.clone(),
+                netns: att.netns.clone(),
+                args: att.args.clone(),
+                config: config.to_string(),
+                prev_result: None,
+            },
+            valid: valid.map(<[_]>::to_vec).unwrap_or_default(),
+            held: Mutex::new(None),
+        }
+    }
+
+    /// The IPAM type still holding an allocation made in this step.
+    pub(super) fn ipam_held(&self) -> Option<String> {
+        self.held.lock().ok().and_then(|h| h.clone())
+    }
+
+    /// DEL the delegate directly, without the interface plugin.
+    pub(super) fn run_ipam_direct(&self, ipam_type: &str) -> Result<(), HostError> {
+        self.call_delegate(ipam_type, IpamOp::Del).map(|_| ())
+    }
+
+    fn call_delegate(
+        &self,
+        ipam_type: &str,
+        op: IpamOp,
+    ) -> Result<Option<CniResultWit>, HostError> {
+        let plugin = self
+            .runtime
+            .load(ipam_type, self.ipam_limits.sha256.as_deref())?;
+        let req = &self.request;
+        let call = match op {
+            IpamOp::Add => Call::Add(req),
+            IpamOp::Del => Call::Del(req),
+            IpamOp::Check => Call::Check(req),
+            IpamOp::Status => Call::Status(&req.config),
+            IpamOp::Gc => Call::Gc(&req.config, &self.valid),
+        };
+        // The delegate cannot delegate further: no IPAM type of its own.
+        let inner = Arc::new(StepServices {
+            runtime: self.runtime.clone(),
+            command: self.command,
+            network: self.network.clone(),
+            plugin_type: ipam_type.to_string(),
+            store: self.store.clone(),
+            ipam_type: None,
+            ipam_limits: ConfLimits::default(),
+            request: self.request.clone(),
+            valid: self.valid.clone(),
+            held: Mutex::new(None),
+        });
+        Ok(self
+            .runtime
+            .call(&plugin, Limits::resolve(&self.ipam_limits), inner, call)?)
+    }
+}
+
+fn allowed(command: Command, op: IpamOp) -> bool {
+    matches!(
+        (command, op),
+        (Command::Add, IpamOp::Add | IpamOp::Del)
+            | (Command::Del, IpamOp::Del)
+            | (Command::Check, IpamOp::Check)
+            | (Command::Status, IpamOp::Status)
+            | (Command::Gc, IpamOp::Gc)
+    )
+}
+
+impl Services for StepServices {
+    fn store(&self) -> Option<StoreAccess> {
+        Some(StoreAccess {
+            backend: self.store.clone(),
+            scope: Scope {
+                network: self.network.clone(),
+                plugin: self.plugin_type.clone(),
+            },
+            owner: Owner {
+                container_id: self.request.container_id.clone(),
+                ifname: self.request.ifname.clone(),
+            },
+            command: self.command,
+        })
+    }
+
+    fn ipam(&self, op: IpamOp) -> Result<Option<CniResultWit>, CniError> {
+        if !allowed(self.command, op) {
+            return Err(CniError::new(
+                ErrorCode::Internal,
+                format!(
+                    "ipam.{op:?} is not allowed during {}",
+                    self.command.as_str()
+                )
+                .to_lowercase(),
+            ));
+        }
+        let Some(ipam_type) = &self.ipam_type else {
+            return Err(CniError::new(
+                ErrorCode::InvalidConfig,
+                "IPAM config missing 'ipam' key",
+            ));
+        };
+        let out = self.call_delegate(ipam_type, op).map_err(CniError::from)?;
+        if let Ok(mut held) = self.held.lock() {
+            match op {
+                IpamOp::Add => *held = Some(ipam_type.clone()),
+                IpamOp::Del => *held = None,
+                _ => {}
+            }
+        }
+        Ok(out)
+    }
+}

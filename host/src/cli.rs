@@ -1,0 +1,264 @@
+//! The operator CLI, used when CNI_COMMAND is not set: run a network by hand
+//! (like `cnitool`), inspect and precompile plugins.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand};
+use serde_json::{Map, Value};
+
+use crate::edge::{self, DEFAULT_CACHE_DIR};
+use crate::sandbox::{sha256_hex, Runtime};
+
+const DEFAULT_PLUGIN_DIR: &str = "/opt/cni/wasm";
+
+#[derive(Parser)]
+#[command(
+    name = "wasm-cni",
+    version,
+    about = "CNI plugin host running plugin chains as WebAssembly components",
+    long_about = "Run by a container runtime (CNI_COMMAND set), wasm-cni is a CNI plugin. \
+                  Run by hand, it offers the commands below."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(clap::Args)]
+struct AttachArgs {
+    /// Network configuration: a conflist whose plugins are of type
+    /// `wasm-cni`, or a single `wasm-cni` plugin config.
+    #[arg(long)]
+    conf: PathBuf,
+    /// Path of the container's network namespace (e.g. /run/netns/NAME).
+    #[arg(long)]
+    netns: Option<String>,
+    /// Container id; defaults to one derived from the netns path.
+    #[arg(long)]
+    id: Option<String>,
+    /// Interface name inside the container.
+    #[arg(long, default_value = "eth0")]
+    ifname: String,
+    /// CNI_ARGS, `K=V;K=V`.
+    #[arg(long, default_value = "")]
+    args: String,
+    /// Capability arguments as JSON, e.g. '{"mac":"02:00:00:00:00:01"}'.
+    #[arg(long)]
+    capability_args: Option<String>,
+}
+
+#[derive(clap::Args)]
+struct DirArgs {
+    /// Directory holding `<type>.wasm` components.
+    #[arg(long, default_value = DEFAULT_PLUGIN_DIR)]
+    plugin_dir: PathBuf,
+    /// Directory of precompiled artifacts.
+    #[arg(long, default_value = DEFAULT_CACHE_DIR)]
+    cache_dir: PathBuf,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Attach a container to the network and print the result.
+    Add(AttachArgs),
+    /// Check an attachment made by `add`.
+    Check(AttachArgs),
+    /// Remove an attachment made by `add`.
+    Del(AttachArgs),
+    /// List plugins: world, imports, digest, whether an artifact is cached.
+    Plugins(DirArgs),
+    /// Precompile every plugin into the artifact cache.
+    Compile(DirArgs),
+}
+
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { 0 };
+        }
+    };
+    let result = match cli.command {
+        Cmd::Add(a) => attach("ADD", a),
+        Cmd::Check(a) => attach("CHECK", a),
+        Cmd::Del(a) => attach("DEL", a),
+        Cmd::Plugins(d) => plugins(&d, false),
+        Cmd::Compile(d) => plugins(&d, true),
+    };
+    match result {
+        Ok(code) => code,
+        Err(msg) => {
+            eprintln!("wasm-cni: {msg}");
+            1
+        }
+    }
+}
+
+/// Build the stdin a runtime would send for the `wasm-cni` entry of `conf`.
+pub fn plugin_stdin(conf: &Value, capability_args: &Map<String, Value>) -> Result<Value, String> {
+    let obj = conf.as_object().ok_or("the config is not a JSON object")?;
+    let mut entry = match obj.get("plugins") {
+        Some(Value::Array(plugins)) => {
+            let mut found = plugins
+                .iter()
+                .filter(|p| p.get("type").and_then(Value::as_str) == Some("wasm-cni"));
+            let first = found
+                .next()
+                .and_then(Value::as_object)
+                .cloned()
+                .ok_or("the conflist has no plugin of type wasm-cni")?;
+            if found.next().is_some() {
+                return Err("the conflist has more than one wasm-cni plugin".into());
+            }
+            first
+        }
+        Some(_) => return Err("`plugins` must be a list".into()),
+        None => obj.clone(),
+    };
+    for key in ["name", "cniVersion", "cniVersions"] {
+        if let Some(v) = obj.get(key) {
+            entry.insert(key.into(), v.clone());
+        }
+    }
+    // libcni passes a capability only if the plugin declares it.
+    let declared: Vec<String> = entry
+        .get("capabilities")
+        .and_then(Value::as_object)
+        .map(|c| {
+            c.iter()
+                .filter(|(_, v)| v.as_bool() == Some(true))
+                .map(|(k, _)| k.clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    let rc: Map<String, Value> = capability_args
+        .iter()
+        .filter(|(k, _)| declared.contains(k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    if !rc.is_empty() {
+        entry.insert("runtimeConfig".into(), Value::Object(rc));
+    }
+    Ok(Value::Object(entry))
+}
+
+fn attach(command: &str, a: AttachArgs) -> Result<i32, String> {
+    let text = std::fs::read(&a.conf).map_err(|e| format!("{}: {e}", a.conf.display()))?;
+    let conf: Value =
+        serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", a.conf.display()))?;
+    let caps: Map<String, Value> = match &a.capability_args {
+        Some(s) => serde_json::from_str(s).map_err(|e| format!("--capability-args: {e}"))?,
+        None => Map::new(),
+    };
+    let stdin = plugin_stdin(&conf, &caps)?;
+    let netns = a.netns.clone().unwrap_or_default();
+    if command != "DEL" && netns.is_empty() {
+        return Err(format!("{} needs --netns", command.to_lowercase()));
+    }
+    let id = a.id.clone().unwrap_or_else(|| {
+        let h = sha256_hex(netns.as_bytes());
+        format!("cli-{}", &h[..16])
+    });
+    let cni_path = std::env::var("CNI_PATH").unwrap_or_else(|_| "/opt/cni/bin".into());
+    let vars = vec![
+        ("CNI_COMMAND".to_string(), command.to_string()),
+        ("CNI_CONTAINERID".to_string(), id),
+        ("CNI_NETNS".to_string(), netns),
+        ("CNI_IFNAME".to_string(), a.ifname.clone()),
+        ("CNI_ARGS".to_string(), a.args.clone()),
+        ("CNI_PATH".to_string(), cni_path),
+    ];
+    let bytes = serde_json::to_vec(&stdin).map_err(|e| e.to_string())?;
+    let out = edge::run(vars, &mut bytes.as_slice());
+    if !out.stdout.is_empty() {
+        println!("{}", out.stdout.trim_end());
+    }
+    Ok(out.exit_code)
+}
+
+fn plugins(d: &DirArgs, compile: bool) -> Result<i32, String> {
+    let runtime = Arc::new(
+        Runtime::new(&d.plugin_dir, Some(d.cache_dir.clone())).map_err(|e| e.to_string())?,
+    );
+    let mut names = plugin_names(&d.plugin_dir)?;
+    names.sort();
+    let mut failures = 0;
+    for name in names {
+        let path = d.plugin_dir.join(format!("{name}.wasm"));
+        let digest = std::fs::read(&path)
+            .map(|b| sha256_hex(&b))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let was_cached = runtime.cache().is_cached(&digest);
+        if !compile {
+            let info = runtime.describe(&name);
+            match info {
+                Ok(i) => println!(
+                    "{name}\tworld={}\tsha256={digest}\tcached={}\timports={}",
+                    i.world,
+                    if was_cached { "yes" } else { "no" },
+                    i.imports.join(",")
+                ),
+                Err(e) => {
+                    failures += 1;
+                    println!("{name}\terror: {e}");
+                }
+            }
+            continue;
+        }
+        let start = std::time::Instant::now();
+        match runtime.load(&name, None) {
+            Ok(_) if was_cached => println!("{name}\talready cached"),
+            Ok(_) => println!("{name}\tcompiled in {} ms", start.elapsed().as_millis()),
+            Err(e) => {
+                failures += 1;
+                println!("{name}\terror: {e}");
+            }
+        }
+    }
+    Ok(if failures == 0 { 0 } else { 1 })
+}
+
+fn plugin_names(dir: &Path) -> Result<Vec<String>, String> {
+    let rd = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    Ok(rd
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let p = e.path();
+            if p.extension()? != "wasm" {
+                return None;
+            }
+            Some(p.file_stem()?.to_str()?.to_string())
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn stdin_from_conflist_injects_name_version_and_declared_caps() {
+        let conf = json!({"cniVersion":"1.0.0","name":"n","plugins":[
+            {"type":"wasm-cni","capabilities":{"mac":true},"chain":[{"type":"fx"}]}]});
+        let caps: Map<String, Value> =
+            serde_json::from_value(json!({"mac":"02:00:00:00:00:01","ips":["10.0.0.2"]})).unwrap();
+        let s = plugin_stdin(&conf, &caps).unwrap();
+        assert_eq!(s["name"], "n");
+        assert_eq!(s["cniVersion"], "1.0.0");
+        assert_eq!(s["runtimeConfig"], json!({"mac":"02:00:00:00:00:01"}));
+    }
+
+    #[test]
+    fn stdin_needs_exactly_one_wasm_cni_plugin() {
+        let none = json!({"name":"n","plugins":[{"type":"bridge"}]});
+        assert!(plugin_stdin(&none, &Map::new()).is_err());
+        let bare = json!({"name":"n","cniVersion":"1.1.0","type":"wasm-cni","chain":[]});
+        assert_eq!(
+            plugin_stdin(&bare, &Map::new()).unwrap()["type"],
+            "wasm-cni"
+        );
+    }
+}

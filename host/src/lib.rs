@@ -1,0 +1,21 @@
+//! wasm-cni runs a CNI network's whole plugin chain inside one process, each
+//! plugin a sandboxed WebAssembly component.
+//!
+//! Flow of one invocation: the runtime's environment and stdin are parsed at
+//! the [`edge`] into a [`cni`] request; the [`chain`] executor runs each
+//! plugin of the network's chain through the [`sandbox`], which gives the
+//! plugin a fresh instance, limits, and capability-scoped host imports; the
+//! host keeps its own [`state`] of each attachment; the final result (or the
+//! first error, mapped to a CNI code in [`error`]) is printed at the edge.
+#![warn(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+pub mod chain;
+pub mod cli;
+pub mod cni;
+pub mod edge;
+pub mod error;
+mod fsutil;
+pub mod log;
+pub mod sandbox;
+pub mod state;
+pub mod store;

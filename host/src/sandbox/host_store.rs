@@ -1,0 +1,182 @@
+//! `cni:plugin/store`: the plugin's scope of the state store, inside one
+//! transaction per call (see `crate::store`). Owner and verb come from the
+//! call, never from the plugin.
+
+use super::bindings::cni::plugin::store::{Entry as WitEntry, Host, StoreError};
+use super::bindings::types::Attachment;
+use super::state::Ctx;
+use crate::cni::Command;
+use crate::state::now_ms;
+use crate::store::{valid_key, Entry, Owner, ScopeData};
+
+type R<T> = wasmtime::Result<Result<T, StoreError>>;
+
+/// Bounds on what a plugin can make the host keep.
+const MAX_VALUE_BYTES: usize = 64 << 10;
+const MAX_ITEMS: usize = 1 << 20;
+
+fn refused<T>(why: impl Into<String>) -> R<T> {
+    Ok(Err(StoreError::Refused(why.into())))
+}
+
+impl Ctx {
+    /// Charge the call, open the transaction on first use, and hand the
+    /// operation the scope's data with the caller's owner and verb.
+    fn with_scope<T>(
+        &mut self,
+        op: impl FnOnce(&mut ScopeData, &Owner, Command) -> Result<T, StoreError>,
+    ) -> R<T> {
+        self.charge()?;
+        let Some(access) = &self.store else {
+            return refused("no state store for this call");
+        };
+        let owner = access.owner.clone();
+        let command = access.command;
+        if self.txn.is_none() {
+            match access.backend.begin(&access.scope) {
+                Ok(t) => self.txn = Some(t),
+                Err(e) => return Ok(Err(StoreError::Io(e.to_string()))),
+            }
+        }
+        match self.txn.as_mut() {
+            Some(txn) => Ok(op(txn.data(), &owner, command)),
+            None => refused("no transaction"),
+        }
+    }
+}
+
+fn check_key(key: &str) -> Result<(), StoreError> {
+    if valid_key(key) {
+        Ok(())
+    } else {
+        Err(StoreError::Refused(format!("invalid key {key:?}")))
+    }
+}
+
+fn has_owner(owner: &Owner) -> Result<(), StoreError> {
+    if owner.container_id.is_empty() {
+        Err(StoreError::Refused("this verb has no attachment".into()))
+    } else {
+        Ok(())
+    }
+}
+
+impl Host for Ctx {
+    fn reserve(&mut self, key: String) -> R<bool> {
+        self.with_scope(|data, owner, command| {
+            check_key(&key)?;
+            has_owner(owner)?;
+            if command != Command::Add {
+                return Err(StoreError::Refused(
+                    "reserve is allowed during ADD only".into(),
+                ));
+            }
+            if data.entries.get(&key).is_some_and(Entry::is_live) {
+                return Ok(false);
+            }
+            if data.entries.len() >= MAX_ITEMS && !data.entries.contains_key(&key) {
+                return Err(StoreError::Refused("too many entries".into()));
+            }
+            data.entries.insert(
+                key,
+                Entry {
+                    owner: owner.clone(),
+                    allocated_at: now_ms(),
+                    released_at: None,
+                },
+            );
+            Ok(true)
+        })
+    }
+
+    fn release_by_owner(&mut self) -> R<Vec<String>> {
+        self.with_scope(|data, owner, _| {
+            has_owner(owner)?;
+            let now = now_ms();
+            let mut released = Vec::new();
+            for (key, e) in data.entries.iter_mut() {
+                if e.is_live() && e.owner == *owner {
+                    e.released_at = Some(now);
+                    released.push(key.clone());
+                }
+            }
+            Ok(released)
+        })
+    }
+
+    fn release(&mut self, key: String) -> R<bool> {
+        self.with_scope(|data, _, command| {
+            if command != Command::Gc {
+                return Err(StoreError::Refused(
+                    "releasing another owner's entry is allowed during GC only".into(),
+                ));
+            }
+            match data.entries.get_mut(&key) {
+                Some(e) if e.is_live() => {
+                    e.released_at = Some(now_ms());
+                    Ok(true)
+                }
+                _ => Ok(false),
+            }
+        })
+    }
+
+    fn get_by_owner(&mut self) -> R<Vec<String>> {
+        self.with_scope(|data, owner, _| {
+            Ok(data
+                .entries
+                .iter()
+                .filter(|(_, e)| e.is_live() && e.owner == *owner)
+                .map(|(k, _)| k.clone())
+                .collect())
+        })
+    }
+
+    fn list(&mut self) -> R<Vec<WitEntry>> {
+        self.with_scope(|data, _, _| {
+            Ok(data
+                .entries
+                .iter()
+                .map(|(k, e)| WitEntry {
+                    key: k.clone(),
+                    owner: Attachment {
+                        container_id: e.owner.container_id.clone(),
+                        ifname: e.owner.ifname.clone(),
+                    },
+                    allocated_at: e.allocated_at,
+                    released_at: e.released_at,
+                })
+                .collect())
+        })
+    }
+
+    fn get_value(&mut self, name: String) -> R<Option<String>> {
+        self.with_scope(|data, _, _| {
+            check_key(&name)?;
+            Ok(data.values.get(&name).cloned())
+        })
+    }
+
+    fn set_value(&mut self, name: String, value: Option<String>) -> R<()> {
+        self.with_scope(|data, _, _| {
+            check_key(&name)?;
+            match value {
+                Some(v) => {
+                    if v.len() > MAX_VALUE_BYTES {
+                        return Err(StoreError::Refused(format!(
+                            "value larger than {MAX_VALUE_BYTES} bytes"
+                        )));
+                    }
+                    if data.values.len() >= MAX_ITEMS && !data.values.contains_key(&name) {
+                        return Err(StoreError::Refused("too many values".into()));
+                    }
+                    data.values.insert(name, v);
+                }
+                None => {
+                    data.values.remove(&name);
+                }
+            }
+            Ok(())
+        })
+    }
+}

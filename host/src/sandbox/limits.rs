@@ -1,0 +1,162 @@
+//! Per-call resource limits: memory, CPU time, host calls, result size.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use wasmtime::{Engine, ResourceLimiter};
+
+use crate::cni::config::Limits;
+
+/// Linear memory a plugin may grow to, per call.
+pub const DEFAULT_MEMORY_BYTES: u64 = 64 << 20;
+/// Wall-clock CPU deadline per call. Generous: a plugin waits for nothing
+/// (the host does any waiting), so only a broken plugin comes near it.
+pub const DEFAULT_DEADLINE_MS: u64 = 10_000;
+/// Host imports a plugin may call per invocation.
+pub const DEFAULT_HOST_CALL_BUDGET: u64 = 10_000;
+/// Size of a result, serialised as JSON.
+pub const DEFAULT_MAX_RESULT_BYTES: u64 = 1 << 20;
+
+/// Granularity of the deadline: the epoch advances every tick.
+pub const TICK: Duration = Duration::from_millis(5);
+
+/// Limits with every default filled in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Effective {
+    pub memory_bytes: u64,
+    pub deadline_ms: u64,
+    pub host_call_budget: u64,
+    pub max_result_bytes: u64,
+}
+
+impl Effective {
+    pub fn resolve(limits: &Limits) -> Self {
+        Effective {
+            memory_bytes: limits.memory_bytes.unwrap_or(DEFAULT_MEMORY_BYTES),
+            deadline_ms: limits.deadline_ms.unwrap_or(DEFAULT_DEADLINE_MS),
+            host_call_budget: limits.host_call_budget.unwrap_or(DEFAULT_HOST_CALL_BUDGET),
+            max_result_bytes: limits.max_result_bytes.unwrap_or(DEFAULT_MAX_RESULT_BYTES),
+        }
+    }
+
+    /// Epoch ticks until the deadline, rounded up, at least one.
+    pub fn deadline_ticks(&self) -> u64 {
+        let tick = TICK.as_millis() as u64;
+        self.deadline_ms.div_ceil(tick).max(1)
+    }
+}
+
+/// Caps linear memory and remembers that it did, so the host can say
+/// "memory limit" instead of reporting the allocator's abort.
+#[derive(Debug)]
+pub struct MemoryCap {
+    pub max_bytes: usize,
+    pub exceeded: Option<usize>,
+}
+
+impl MemoryCap {
+    pub fn new(max_bytes: u64) -> Self {
+        MemoryCap {
+            max_bytes: usize::try_from(max_bytes).unwrap_or(usize::MAX),
+            exceeded: None,
+        }
+    }
+}
+
+impl ResourceLimiter for MemoryCap {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.max_bytes {
+            self.exceeded = Some(desired);
+            // Trap right here rather than let the guest's allocator see a
+            // failed grow: the trap names the cause, an abort would not.
+            return Err(wasmtime::Error::msg(format!(
+                "memory limit of {} bytes exceeded (wanted {desired})",
+                self.max_bytes
+            )));
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        // Tables hold function references; a plugin needs few. Bound them
+        // so they cannot be used to eat host memory around the memory cap.
+        Ok(desired <= 100_000)
+    }
+}
+
+/// Advances the engine's epoch every [`TICK`] while alive.
+pub struct Ticker {
+    stop: Arc<AtomicBool>,
+}
+
+impl Ticker {
+    pub fn start(engine: &Engine) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let engine = engine.clone();
+        let flag = stop.clone();
+        // A detached thread: if spawning fails the deadline cannot fire, so
+        // treat that as fatal at start-up rather than run unbounded.
+        let spawned = thread::Builder::new()
+            .name("wasm-cni-epoch".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    thread::sleep(TICK);
+                    engine.increment_epoch();
+                }
+            });
+        if let Err(e) = spawned {
+            eprintln!("wasm-cni: cannot start the deadline timer: {e}");
+            std::process::exit(1);
+        }
+        Ticker { stop }
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_fill_gaps_and_overrides_win() {
+        let l = Limits {
+            deadline_ms: Some(12),
+            ..Default::default()
+        };
+        let e = Effective::resolve(&l);
+        assert_eq!(e.deadline_ms, 12);
+        assert_eq!(e.memory_bytes, DEFAULT_MEMORY_BYTES);
+        assert_eq!(e.deadline_ticks(), 3);
+        let z = Effective::resolve(&Limits {
+            deadline_ms: Some(0),
+            ..Default::default()
+        });
+        assert_eq!(z.deadline_ticks(), 1);
+    }
+
+    #[test]
+    fn memory_cap_refuses_and_remembers() {
+        let mut cap = MemoryCap::new(1 << 20);
+        assert!(cap.memory_growing(0, 1 << 20, None).unwrap());
+        assert!(cap.exceeded.is_none());
+        assert!(cap.memory_growing(1 << 20, 2 << 20, None).is_err());
+        assert_eq!(cap.exceeded, Some(2 << 20));
+    }
+}

@@ -1,0 +1,473 @@
+//! The sandbox: one wasmtime engine per process, plugins loaded by type from
+//! the plugin directory, each call in a fresh store under limits.
+//!
+//! Loading goes file → sha256 → (digest pin check) → precompiled artifact or
+//! compile → `InstancePre` (imports resolved once). A call instantiates the
+//! pre-linked component in a new `Store` whose data is a [`Ctx`], so nothing
+//! survives from one call to the next, then maps whatever ended the call —
+//! result, plugin error, trap, deadline, memory cap — to a [`CallError`]
+//! that names the plugin.
+
+mod bindings;
+pub mod cache;
+pub mod convert;
+mod host_ipam;
+mod host_log;
+pub(crate) mod host_network;
+mod host_store;
+pub mod limits;
+mod state;
+pub use state::StoreAccess;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use sha2::{Digest, Sha256};
+use wasmtime::component::Linker;
+use wasmtime::{Config, Engine, Store, Trap};
+
+pub use bindings::types as wit;
+use bindings::{PluginHost, PluginHostPre};
+pub use cache::{ArtifactCache, Origin};
+pub use limits::Effective as Limits;
+use limits::{MemoryCap, Ticker};
+use state::Ctx;
+
+use crate::cni::CniError;
+
+/// Host services a plugin call may use through its imports. The chain
+/// executor implements this for the attachment being processed; the sandbox
+/// only forwards.
+pub trait Services: Send + Sync {
+    /// Run the calling plugin's IPAM delegate for `op`.
+    fn ipam(&self, op: IpamOp) -> Result<Option<CniResultWit>, CniError>;
+    /// The state-store scope for this call, if it may use one.
+    fn store(&self) -> Option<StoreAccess>;
+}
+
+pub type CniResultWit = wit::CniResult;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IpamOp {
+    Add,
+    Del,
+    Check,
+    Status,
+    Gc,
+}
+
+/// One verb call with its arguments.
+pub enum Call<'a> {
+    Add(&'a wit::Request),
+    Del(&'a wit::Request),
+    Check(&'a wit::Request),
+    Status(&'a str),
+    Gc(&'a str, &'a [wit::Attachment]),
+}
+
+impl Call<'_> {
+    pub fn verb(&self) -> &'static str {
+        match self {
+            Call::Add(_) => "add",
+            Call::Del(_) => "del",
+            Call::Check(_) => "check",
+            Call::Status(_) => "status",
+            Call::Gc(..) => "gc",
+        }
+    }
+}
+
+/// Why a plugin could not be loaded or a call did not produce an answer.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    #[error("plugin {plugin:?} not found: no {plugin}.wasm in {}", dir.display())]
+    NotFound { plugin: String, dir: PathBuf },
+    #[error("plugin {plugin:?}: invalid plugin type name")]
+    BadName { plugin: String },
+    #[error("plugin {plugin:?}: sha256 mismatch: config pins {expected}, {} has {actual}", path.display())]
+    DigestMismatch {
+        plugin: String,
+        path: PathBuf,
+        expected: String,
+        actual: String,
+    },
+    #[error("plugin {plugin:?}: cannot read {}: {source}", path.display())]
+    Read {
+        plugin: String,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("plugin {plugin:?}: not a usable component: {reason}")]
+    Invalid { plugin: String, reason: String },
+    /// The plugin ran and returned an error of its own.
+    #[error("plugin {plugin:?}: {error}")]
+    Plugin { plugin: String, error: CniError },
+    #[error("plugin {plugin:?}: saving its state: {source}")]
+    Store {
+        plugin: String,
+        source: std::io::Error,
+    },
+    #[error("plugin {plugin:?}: {verb}: {cause}")]
+    Aborted {
+        plugin: String,
+        verb: &'static str,
+        cause: AbortCause,
+    },
+}
+
+/// Why the host stopped a plugin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AbortCause {
+    Deadline { ms: u64 },
+    Memory { limit: u64, wanted: u64 },
+    HostCalls { budget: u64 },
+    ResultTooLarge { limit: u64, size: u64 },
+    Trap(String),
+}
+
+impl fmt::Display for AbortCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AbortCause::Deadline { ms } => write!(f, "deadline of {ms} ms exceeded"),
+            AbortCause::Memory { limit, wanted } => write!(
+                f,
+                "memory limit of {limit} bytes exceeded (tried to grow to {wanted})"
+            ),
+            AbortCause::HostCalls { budget } => {
+                write!(f, "host call budget of {budget} calls exhausted")
+            }
+            AbortCause::ResultTooLarge { limit, size } => {
+                write!(f, "result of {size} bytes exceeds the limit of {limit}")
+            }
+            AbortCause::Trap(msg) => write!(f, "trapped: {msg}"),
+        }
+    }
+}
+
+/// A plugin ready to be instantiated.
+pub struct Plugin {
+    pub name: String,
+    pub path: PathBuf,
+    pub digest: String,
+    pub origin: Origin,
+    pre: PluginHostPre<Ctx>,
+}
+
+/// What `describe` reports.
+pub struct PluginInfo {
+    pub world: &'static str,
+    pub imports: Vec<String>,
+}
+
+pub struct Runtime {
+    engine: Engine,
+    linker: Linker<Ctx>,
+    cache: ArtifactCache,
+    plugin_dir: PathBuf,
+    loaded: Mutex<HashMap<String, Arc<Plugin>>>,
+    _ticker: Ticker,
+}
+
+impl Runtime {
+    /// One engine for the process. `cache_dir` None disables the artifact
+    /// cache.
+    pub fn new(plugin_dir: &Path, cache_dir: Option<PathBuf>) -> wasmtime::Result<Self> {
+        let mut config = Config::new();
+        config.epoch_interruption(true);
+        // Deep recursion must end as a trap well before the host's own
+        // thread stack is at risk.
+        config.max_wasm_stack(1 << 20);
+        let engine = Engine::new(&config)?;
+        let mut linker = Linker::new(&engine);
+        PluginHost::add_to_linker::<Ctx, wasmtime::component::HasSelf<Ctx>>(&mut linker, |c| c)?;
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        let cache = ArtifactCache::new(cache_dir, &engine);
+        let ticker = Ticker::start(&engine);
+        Ok(Runtime {
+            engine,
+            linker,
+            cache,
+            plugin_dir: plugin_dir.to_path_buf(),
+            loaded: Mutex::new(HashMap::new()),
+            _ticker: ticker,
+        })
+    }
+
+    pub fn plugin_dir(&self) -> &Path {
+        &self.plugin_dir
+    }
+
+    pub fn cache(&self) -> &ArtifactCache {
+        &self.cache
+    }
+
+    /// Path of the component for a plugin type, if the name is acceptable.
+    pub fn plugin_path(&self, plugin: &str) -> Result<PathBuf, CallError> {
+        if !valid_type_name(plugin) {
+            return Err(CallError::BadName {
+                plugin: plugin.to_string(),
+            });
+        }
+        Ok(self.plugin_dir.join(format!("{plugin}.wasm")))
+    }
+
+    /// True if a component for `plugin` exists in the plugin directory.
+    pub fn has_plugin(&self, plugin: &str) -> bool {
+        self.plugin_path(plugin)
+            .map(|p| p.is_file())
+            .unwrap_or(false)
+    }
+
+    /// Load (once per process) the component for a plugin type.
+    pub fn load(&self, plugin: &str, pin: Option<&str>) -> Result<Arc<Plugin>, CallError> {
+        let key = format!("{plugin}@{}", pin.unwrap_or(""));
+        if let Some(p) = self.loaded.lock().ok().and_then(|m| m.get(&key).cloned()) {
+            return Ok(p);
+        }
+        let path = self.plugin_path(plugin)?;
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(CallError::NotFound {
+                    plugin: plugin.to_string(),
+                    dir: self.plugin_dir.clone(),
+                })
+            }
+            Err(source) => {
+                return Err(CallError::Read {
+                    plugin: plugin.to_string(),
+                    path,
+                    source,
+                })
+            }
+        };
+        let digest = sha256_hex(&bytes);
+        if let Some(expected) = pin {
+            if !expected.eq_ignore_ascii_case(&digest) {
+                return Err(CallError::DigestMismatch {
+                    plugin: plugin.to_string(),
+                    path,
+                    expected: expected.to_string(),
+                    actual: digest,
+                });
+            }
+        }
+        let invalid = |e: wasmtime::Error| CallError::Invalid {
+            plugin: plugin.to_string(),
+            reason: format!("{e:#}"),
+        };
+        let (component, origin) = self
+            .cache
+            .load_or_compile(&self.engine, plugin, &digest, &bytes)
+            .map_err(invalid)?;
+        let pre = self.linker.instantiate_pre(&component).map_err(invalid)?;
+        let pre = PluginHostPre::new(pre).map_err(invalid)?;
+        let loaded = Arc::new(Plugin {
+            name: plugin.to_string(),
+            path,
+            digest,
+            origin,
+            pre,
+        });
+        if let Ok(mut m) = self.loaded.lock() {
+            m.insert(key, loaded.clone());
+        }
+        Ok(loaded)
+    }
+
+    /// Load a plugin and report what it imports, for `wasm-cni plugins`.
+    pub fn describe(&self, plugin: &str) -> Result<PluginInfo, CallError> {
+        let loaded = self.load(plugin, None)?;
+        let ty = loaded.pre.instance_pre().component().component_type();
+        let mut imports: Vec<String> = ty
+            .imports(&self.engine)
+            .map(|(n, _)| n.to_string())
+            .collect();
+        imports.sort();
+        // Only plugins that act on links need the interface world; anything
+        // that gets by with log and store fits the IPAM world.
+        let ipam_only = imports.iter().all(|i| {
+            i.starts_with("cni:plugin/log@")
+                || i.starts_with("cni:plugin/store@")
+                || i.starts_with("wasi:")
+        });
+        Ok(PluginInfo {
+            world: if ipam_only {
+                "ipam-plugin"
+            } else {
+                "interface-plugin"
+            },
+            imports,
+        })
+    }
+
+    /// Instantiate `plugin` in a fresh store and make one call.
+    pub fn call(
+        &self,
+        plugin: &Plugin,
+        limits: Limits,
+        services: Arc<dyn Services>,
+        call: Call<'_>,
+    ) -> Result<Option<wit::CniResult>, CallError> {
+        let verb = call.verb();
+        let ctx = Ctx::new(
+            &plugin.name,
+            MemoryCap::new(limits.memory_bytes),
+            limits.host_call_budget,
+            services,
+        );
+        let mut store = Store::new(&self.engine, ctx);
+        store.limiter(|c| &mut c.memory);
+        store.set_epoch_deadline(limits.deadline_ticks());
+        store.epoch_deadline_trap();
+
+        let outcome = plugin.pre.instantiate(&mut store).and_then(|inst| {
+            let g = inst.cni_plugin_plugin();
+            match call {
+                Call::Add(req) => g.call_add(&mut store, req).map(|r| r.map(Some)),
+                Call::Del(req) => g.call_del(&mut store, req).map(|r| r.map(|()| None)),
+                Call::Check(req) => g.call_check(&mut store, req).map(|r| r.map(|()| None)),
+                Call::Status(conf) => g.call_status(&mut store, conf).map(|r| r.map(|()| None)),
+                Call::Gc(conf, valid) => {
+                    g.call_gc(&mut store, conf, valid).map(|r| r.map(|()| None))
+                }
+            }
+        });
+
+        let aborted = |cause| CallError::Aborted {
+            plugin: plugin.name.clone(),
+            verb,
+            cause,
+        };
+        // The store transaction commits only if the plugin succeeded.
+        let txn = store.data_mut().txn.take();
+        let outcome = match (outcome, txn) {
+            (Ok(Ok(r)), Some(txn)) => match txn.commit() {
+                Ok(()) => Ok(Ok(r)),
+                Err(e) => {
+                    return Err(CallError::Store {
+                        plugin: plugin.name.clone(),
+                        source: e,
+                    })
+                }
+            },
+            (other, _) => other,
+        };
+        match outcome {
+            Ok(Ok(result)) => {
+                if let Some(r) = &result {
+                    let size = wit_result_size(r);
+                    if size > limits.max_result_bytes {
+                        return Err(aborted(AbortCause::ResultTooLarge {
+                            limit: limits.max_result_bytes,
+                            size,
+                        }));
+                    }
+                }
+                Ok(result)
+            }
+            Ok(Err(e)) => Err(CallError::Plugin {
+                plugin: plugin.name.clone(),
+                error: CniError {
+                    code: e.code,
+                    msg: e.msg,
+                    details: e.details,
+                },
+            }),
+            Err(err) => {
+                let ctx = store.data();
+                let cause = if let Some(wanted) = ctx.memory.exceeded {
+                    AbortCause::Memory {
+                        limit: limits.memory_bytes,
+                        wanted: wanted as u64,
+                    }
+                } else if ctx.host_calls_exhausted {
+                    AbortCause::HostCalls {
+                        budget: limits.host_call_budget,
+                    }
+                } else if err.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
+                    AbortCause::Deadline {
+                        ms: limits.deadline_ms,
+                    }
+                } else if let Some(trap) = err.downcast_ref::<Trap>() {
+                    AbortCause::Trap(trap.to_string())
+                } else {
+                    AbortCause::Trap(format!("{err}"))
+                };
+                Err(aborted(cause))
+            }
+        }
+    }
+}
+
+/// Approximate serialised size of a result: a bound on what the host will
+/// copy, print and store on the plugin's behalf.
+fn wit_result_size(r: &wit::CniResult) -> u64 {
+    let opt = |s: &Option<String>| s.as_ref().map_or(0, |s| s.len() + 16);
+    let mut n = 64usize;
+    for i in &r.interfaces {
+        n += 48
+            + i.name.len()
+            + opt(&i.mac)
+            + opt(&i.sandbox)
+            + opt(&i.socket_path)
+            + opt(&i.pci_id);
+    }
+    for ip in &r.ips {
+        n += 48 + ip.address.len() + opt(&ip.gateway);
+    }
+    for rt in &r.routes {
+        n += 96 + rt.dst.len() + opt(&rt.gw);
+    }
+    if let Some(d) = &r.dns {
+        n += 64 + opt(&d.domain);
+        for s in d.nameservers.iter().chain(&d.search).chain(&d.options) {
+            n += s.len() + 4;
+        }
+    }
+    n as u64
+}
+
+/// A CNI plugin type: a file name without path separators or leading dot.
+pub fn valid_type_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 128
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    let d = Sha256::digest(bytes);
+    let mut s = String::with_capacity(64);
+    for b in d {
+        s.push_str(&format!("{b:02x}"));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn type_names() {
+        assert!(valid_type_name("host-local"));
+        assert!(valid_type_name("fx_1.2"));
+        assert!(!valid_type_name(""));
+        assert!(!valid_type_name("../etc/x"));
+        assert!(!valid_type_name(".hidden"));
+        assert!(!valid_type_name("a/b"));
+    }
+
+    #[test]
+    fn digest_is_sha256() {
+        assert_eq!(
+            sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+}

@@ -1,0 +1,79 @@
+//! The data of one plugin call's `Store`: what the host imports work with.
+
+use std::sync::Arc;
+
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use super::limits::MemoryCap;
+use super::Services;
+use crate::cni::Command;
+use crate::store::{Owner, Scope, StateStore, Txn};
+
+/// The store scope a call may use, with the owner and verb the host set.
+#[derive(Clone)]
+pub struct StoreAccess {
+    pub backend: Arc<dyn StateStore>,
+    pub scope: Scope,
+    pub owner: Owner,
+    pub command: Command,
+}
+
+pub struct Ctx {
+    pub(crate) table: ResourceTable,
+    /// Deny-all WASI: no environment, arguments, preopened directories or
+    /// sockets; stdio closed. Components built for wasm32-wasip2 import WASI
+    /// even when they use none of it, and must still instantiate.
+    wasi: WasiCtx,
+    pub(crate) memory: MemoryCap,
+    /// The plugin's type, to name it in logs and errors.
+    pub(crate) plugin: String,
+    host_calls_left: u64,
+    pub(crate) host_calls_exhausted: bool,
+    pub(crate) services: Arc<dyn Services>,
+    pub(crate) store: Option<StoreAccess>,
+    /// Open on the first store call; committed only if the call succeeds.
+    pub(crate) txn: Option<Box<dyn Txn>>,
+}
+
+impl Ctx {
+    pub fn new(
+        plugin: &str,
+        memory: MemoryCap,
+        host_call_budget: u64,
+        services: Arc<dyn Services>,
+    ) -> Self {
+        let store = services.store();
+        Ctx {
+            store,
+            txn: None,
+            table: ResourceTable::new(),
+            wasi: WasiCtx::builder().build(),
+            memory,
+            plugin: plugin.to_string(),
+            host_calls_left: host_call_budget,
+            host_calls_exhausted: false,
+            services,
+        }
+    }
+
+    /// Account for one host call; trap once the budget is spent so a plugin
+    /// cannot keep the host busy in a loop of cheap imports.
+    pub(crate) fn charge(&mut self) -> wasmtime::Result<()> {
+        if self.host_calls_left == 0 {
+            self.host_calls_exhausted = true;
+            return Err(wasmtime::Error::msg("host call budget exhausted"));
+        }
+        self.host_calls_left -= 1;
+        Ok(())
+    }
+}
+
+impl WasiView for Ctx {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! The plugin state store behind the `cni:plugin/store` import.
+//!
+//! State is scoped to (network name, plugin type): a plugin sees only its
+//! own scope, for the network it was configured in. Each plugin call that
+//! touches the store runs in one exclusive transaction on its scope: the
+//! scope is locked against other processes at the first store call, read
+//! once, changed in memory, and written back only if the call returns `Ok`.
+//! A trap, a deadline or an error return leaves the stored state exactly as
+//! it was, which is what makes a half-done allocation impossible.
+
+mod disk;
+#[cfg(any(test, feature = "fake"))]
+mod memory;
+
+use std::collections::BTreeMap;
+use std::io;
+
+use serde::{Deserialize, Serialize};
+
+pub use disk::DiskStore;
+#[cfg(any(test, feature = "fake"))]
+pub use memory::MemoryStore;
+
+/// Who owns an entry: one attachment.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Owner {
+    pub container_id: String,
+    pub ifname: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Entry {
+    pub owner: Owner,
+    /// Milliseconds since the Unix epoch.
+    pub allocated_at: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub released_at: Option<u64>,
+}
+
+impl Entry {
+    pub fn is_live(&self) -> bool {
+        self.released_at.is_none()
+    }
+}
+
+/// Everything stored in one scope.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScopeData {
+    #[serde(default)]
+    pub entries: BTreeMap<String, Entry>,
+    #[serde(default)]
+    pub values: BTreeMap<String, String>,
+}
+
+/// A store scope: one network, one plugin type.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Scope {
+    pub network: String,
+    pub plugin: String,
+}
+
+/// An open, locked transaction on one scope. Dropping it without `commit`
+/// discards every change and releases the lock.
+pub trait Txn: Send {
+    fn data(&mut self) -> &mut ScopeData;
+    fn commit(self: Box<Self>) -> io::Result<()>;
+}
+
+/// Where scopes live.
+pub trait StateStore: Send + Sync {
+    /// Lock `scope` (blocking until other holders are done) and read it.
+    fn begin(&self, scope: &Scope) -> io::Result<Box<dyn Txn>>;
+    /// The scopes of a network (plugin types), for the operator view.
+    fn scopes(&self, network: &str) -> io::Result<Vec<String>>;
+    /// Networks with any state.
+    fn networks(&self) -> io::Result<Vec<String>>;
+}
+
+/// A key or value name a plugin may use: it becomes part of a file's
+/// contents only, but keep it printable and bounded.
+pub fn valid_key(key: &str) -> bool {
+    !key.is_empty()
+        && key.len() <= 256
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | ':' | '_' | '-' | '/' | '@'))
+}
+
+#[cfg(test)]
+pub(crate) mod contract {
+    //! Behaviour every backend must show.
+    use super::*;
+
+    fn owner(c: &str) -> Owner {
+        Owner {
+            container_id: c.into(),
+            ifname: "eth0".into(),
+        }
+    }
+
+    pub fn exercise(store: &dyn StateStore) {
+        let scope = Scope {
+            network: "net1".into(),
+            plugin: "host-local".into(),
+        };
+        // Uncommitted changes vanish.
+        {
+            let mut t = store.begin(&scope).unwrap();
+            t.data().values.insert("k".into(), "v".into());
+        }
+        assert_eq!(store.begin(&scope).unwrap().data().values.get("k"), None);
+        // Committed changes persist.
+        let mut t = store.begin(&scope).unwrap();
+        t.data().entries.insert(
+            "10.0.0.2".into(),
+            Entry {
+                owner: owner("a"),
+                allocated_at: 5,
+                released_at: None,
+            },
+        );
+        t.data().values.insert("last".into(), "10.0.0.2".into());
+        t.commit().unwrap();
+        let mut t = store.begin(&scope).unwrap();
+        assert_eq!(t.data().entries["10.0.0.2"].owner, owner("a"));
+        assert_eq!(t.data().values["last"], "10.0.0.2");
+        drop(t);
+        // Scopes are separate.
+        let other = Scope {
+            network: "net1".into(),
+            plugin: "tuning".into(),
+        };
+        assert!(store.begin(&other).unwrap().data().entries.is_empty());
+        assert_eq!(store.networks().unwrap(), vec!["net1".to_string()]);
+        assert_eq!(
+            store.scopes("net1").unwrap(),
+            vec!["host-local".to_string()]
+        );
+    }
+}
