@@ -1,0 +1,84 @@
+//! `cargo xtask setup`: installs the Debian packages guest builds need, and
+//! for `test`/`demo` the tools the tests drive (iproute2, the reference
+//! plugins to compare against).
+
+use std::process::{Command, Stdio};
+
+use crate::toolchain::{RUST_PACKAGES, WASI_LIBC_PACKAGE};
+use crate::{fail, Context, Result};
+
+/// What the integration tests and the demo run besides the build.
+pub const TEST_PACKAGES: &[&str] = &["iproute2", "containernetworking-plugins"];
+
+pub fn run(extra: &[&str]) -> Result<()> {
+    let wanted: Vec<&str> = RUST_PACKAGES
+        .iter()
+        .copied()
+        .chain([WASI_LIBC_PACKAGE])
+        .chain(extra.iter().copied())
+        .collect();
+    let mut missing = Vec::new();
+    for package in &wanted {
+        if !installed(package)? {
+            missing.push(*package);
+        }
+    }
+    if missing.is_empty() {
+        println!(
+            "setup: nothing to do, already installed: {}",
+            wanted.join(" ")
+        );
+        return Ok(());
+    }
+
+    let sudo = !is_root()?;
+    println!(
+        "setup: installing {}{}",
+        missing.join(" "),
+        if sudo { " (with sudo)" } else { "" }
+    );
+    apt_get(sudo, &["update"])?;
+    let mut install = vec!["install", "-y"];
+    install.extend(&missing);
+    apt_get(sudo, &install)?;
+    println!("setup: installed {}", missing.join(" "));
+    Ok(())
+}
+
+/// Whether dpkg lists `package` as installed.
+fn installed(package: &str) -> Result<bool> {
+    let output = Command::new("dpkg-query")
+        .args(["--show", "--showformat=${Status}", package])
+        .stderr(Stdio::null())
+        .output()
+        .context("running dpkg-query (setup supports Debian and derivatives only)")?;
+    Ok(output.status.success() && output.stdout == b"install ok installed")
+}
+
+fn is_root() -> Result<bool> {
+    let output = Command::new("id")
+        .arg("-u")
+        .output()
+        .context("running id -u")?;
+    Ok(output.stdout.trim_ascii() == b"0")
+}
+
+fn apt_get(sudo: bool, args: &[&str]) -> Result<()> {
+    let mut cmd = if sudo {
+        let mut cmd = Command::new("sudo");
+        cmd.arg("apt-get");
+        cmd
+    } else {
+        Command::new("apt-get")
+    };
+    let status = cmd
+        .args(args)
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .status()
+        .context(format_args!("running apt-get {}", args.join(" ")))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(fail!("apt-get {} failed ({status})", args.join(" ")))
+    }
+}
