@@ -1,0 +1,291 @@
+//! Test harness: run the real `wasm-cni` binary the way a runtime does, with
+//! components built by `cargo xtask plugins`, in throwaway directories and
+//! (for kernel tests) throwaway network namespaces.
+//!
+//! Paths can be overridden: `WASM_CNI_BIN` (the binary), `WASM_CNI_COMPONENTS`
+//! (the directory `cargo xtask plugins` wrote).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// The `wasm-cni` binary under test.
+pub fn wasm_cni_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("WASM_CNI_BIN") {
+        return PathBuf::from(p);
+    }
+    let root = workspace_root();
+    for profile in ["release", "debug"] {
+        let p = root.join("target").join(profile).join("wasm-cni");
+        if p.is_file() {
+            return p;
+        }
+    }
+    panic!("wasm-cni binary not found: run `cargo build --release -p wasm-cni` or set WASM_CNI_BIN")
+}
+
+/// Directory of built components.
+pub fn components_dir() -> PathBuf {
+    std::env::var_os("WASM_CNI_COMPONENTS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target-guest").join("components"))
+}
+
+/// Path of a fixture component, failing loudly if it was not built.
+pub fn fixture(name: &str) -> PathBuf {
+    let p = components_dir()
+        .join("fixtures")
+        .join(format!("{name}.wasm"));
+    assert!(
+        p.is_file(),
+        "{} missing: run `cargo xtask plugins`",
+        p.display()
+    );
+    p
+}
+
+/// Path of a plugin component, failing loudly if it was not built.
+pub fn plugin(name: &str) -> PathBuf {
+    let p = components_dir().join(format!("{name}.wasm"));
+    assert!(
+        p.is_file(),
+        "{} missing: run `cargo xtask plugins`",
+        p.display()
+    );
+    p
+}
+
+/// A unique name for this process and call: tests run in parallel.
+pub fn unique(prefix: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{prefix}{}x{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A temporary directory removed on drop.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> Self {
+        let p = std::env::temp_dir().join(unique(&format!("wasm-cni-test-{tag}-")));
+        std::fs::create_dir_all(&p).expect("create temp dir");
+        TempDir(p)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+    pub fn join(&self, p: impl AsRef<Path>) -> PathBuf {
+        self.0.join(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A plugin directory, state directory and cache directory for one test.
+pub struct Sandbox {
+    pub dir: TempDir,
+}
+
+impl Sandbox {
+    pub fn new(tag: &str) -> Self {
+        let dir = TempDir::new(tag);
+        for sub in ["plugins", "state", "cache"] {
+            std::fs::create_dir_all(dir.join(sub)).expect("mkdir");
+        }
+        Sandbox { dir }
+    }
+    pub fn plugin_dir(&self) -> PathBuf {
+        self.dir.join("plugins")
+    }
+    pub fn state_dir(&self) -> PathBuf {
+        self.dir.join("state")
+    }
+    pub fn cache_dir(&self) -> PathBuf {
+        self.dir.join("cache")
+    }
+    /// Install a component file as plugin `type`.
+    pub fn install(&self, component: &Path, plugin_type: &str) -> &Self {
+        std::fs::copy(
+            component,
+            self.plugin_dir().join(format!("{plugin_type}.wasm")),
+        )
+        .expect("install component");
+        self
+    }
+    /// A `wasm-cni` plugin config for `chain` with this sandbox's dirs.
+    pub fn conf(&self, cni_version: &str, name: &str, chain: Value) -> Value {
+        serde_json::json!({
+            "cniVersion": cni_version,
+            "name": name,
+            "type": "wasm-cni",
+            "pluginDir": self.plugin_dir(),
+            "stateDir": self.state_dir(),
+            "cacheDir": self.cache_dir(),
+            "chain": chain,
+        })
+    }
+}
+
+/// What one run of the binary produced.
+#[derive(Debug)]
+pub struct Output {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+impl Output {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!(
+                "stdout is not JSON ({e}): {:?}\nstderr: {}",
+                self.stdout, self.stderr
+            )
+        })
+    }
+    /// The CNI error code, asserting the process failed properly.
+    pub fn error_code(&self) -> u64 {
+        assert_eq!(self.code, 1, "expected failure, got {self:?}");
+        self.json()["code"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no code in {}", self.stdout))
+    }
+    pub fn error_msg(&self) -> String {
+        self.json()["msg"].as_str().unwrap_or_default().to_string()
+    }
+    pub fn assert_ok(&self) -> &Self {
+        assert_eq!(self.code, 0, "expected success: {self:?}");
+        self
+    }
+}
+
+/// Run `wasm-cni` with exactly `env` (plus PATH) and `stdin`.
+pub fn run_with_env(env: &[(&str, &str)], stdin: &[u8]) -> Output {
+    run_in(None, env, stdin)
+}
+
+/// Run `wasm-cni`, optionally inside network namespace `netns` (by name,
+/// via `ip netns exec`), with exactly `env` (plus PATH) and `stdin`.
+pub fn run_in(netns: Option<&str>, env: &[(&str, &str)], stdin: &[u8]) -> Output {
+    let bin = wasm_cni_bin();
+    let mut cmd = match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns]).arg(&bin);
+            c
+        }
+        None => Command::new(&bin),
+    };
+    cmd.env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let start = Instant::now();
+    let mut child = cmd.spawn().expect("spawn wasm-cni");
+    if let Some(mut s) = child.stdin.take() {
+        // The binary may exit before reading everything (e.g. VERSION).
+        let _ = s.write_all(stdin);
+    }
+    let out = child.wait_with_output().expect("wait for wasm-cni");
+    Output {
+        code: out
+            .status
+            .code()
+            .unwrap_or_else(|| panic!("wasm-cni died from a signal: {:?}", out.status)),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        elapsed: start.elapsed(),
+    }
+}
+
+/// Standard CNI environment for a verb.
+pub struct Invocation<'a> {
+    pub command: &'a str,
+    pub container_id: &'a str,
+    pub netns: &'a str,
+    pub ifname: &'a str,
+    pub args: &'a str,
+    pub extra: Vec<(&'a str, &'a str)>,
+}
+
+impl<'a> Invocation<'a> {
+    pub fn new(command: &'a str) -> Self {
+        Invocation {
+            command,
+            container_id: "ctr1",
+            netns: "/run/netns/none",
+            ifname: "eth0",
+            args: "",
+            extra: Vec::new(),
+        }
+    }
+    pub fn id(mut self, id: &'a str) -> Self {
+        self.container_id = id;
+        self
+    }
+    pub fn netns(mut self, ns: &'a str) -> Self {
+        self.netns = ns;
+        self
+    }
+    pub fn ifname(mut self, ifname: &'a str) -> Self {
+        self.ifname = ifname;
+        self
+    }
+    pub fn env(mut self, k: &'a str, v: &'a str) -> Self {
+        self.extra.push((k, v));
+        self
+    }
+    pub fn run(&self, conf: &Value) -> Output {
+        self.run_in(None, conf)
+    }
+    pub fn run_in(&self, netns_name: Option<&str>, conf: &Value) -> Output {
+        let mut env = vec![
+            ("CNI_COMMAND", self.command),
+            ("CNI_CONTAINERID", self.container_id),
+            ("CNI_NETNS", self.netns),
+            ("CNI_IFNAME", self.ifname),
+            ("CNI_ARGS", self.args),
+            ("CNI_PATH", "/usr/lib/cni"),
+        ];
+        env.extend(self.extra.iter().copied());
+        let bytes = serde_json::to_vec(conf).expect("serialise conf");
+        run_in(netns_name, &env, &bytes)
+    }
+}
+
+/// Lines the plugins logged through the `log` import, in order, as
+/// `(plugin type, message)`.
+pub fn plugin_logs(stderr: &str) -> Vec<(String, String)> {
+    stderr
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("wasm-cni[")?;
+            let (plugin, rest) = rest.split_once("] ")?;
+            let (_, msg) = rest.split_once(": ")?;
+            Some((plugin.to_string(), msg.to_string()))
+        })
+        .collect()
+}
