@@ -286,21 +286,16 @@ impl Runtime {
             .map(|(n, _)| n.to_string())
             .collect();
         imports.sort();
-        // Only plugins that act on links need the interface world; anything
-        // that gets by with log and store fits the IPAM world.
-        let ipam_only = imports.iter().all(|i| {
-            i.starts_with("cni:plugin/log@")
-                || i.starts_with("cni:plugin/store@")
-                || i.starts_with("wasi:")
-        });
-        Ok(PluginInfo {
-            world: if ipam_only {
-                "ipam-plugin"
-            } else {
-                "interface-plugin"
-            },
-            imports,
-        })
+        // Components do not name their world; infer it from what they use.
+        let uses = |iface: &str| imports.iter().any(|i| i.starts_with(iface));
+        let world = if uses("cni:plugin/network@") || uses("cni:plugin/ipam@") {
+            "interface-plugin"
+        } else if uses("cni:plugin/store@") {
+            "ipam-plugin"
+        } else {
+            "any"
+        };
+        Ok(PluginInfo { world, imports })
     }
 
     /// Instantiate `plugin` in a fresh store and make one call.
