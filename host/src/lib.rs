@@ -16,6 +16,7 @@ pub mod edge;
 pub mod error;
 mod fsutil;
 pub mod log;
+pub mod net;
 pub mod sandbox;
 pub mod state;
 pub mod store;

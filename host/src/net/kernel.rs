@@ -1,0 +1,876 @@
+//! [`Net`] on the real kernel: rtnetlink over one blocking socket per opened
+//! namespace (netlink-sys + netlink-packet-route, no async runtime).
+//!
+//! A netlink socket, a `/proc/sys/net` file and a tun device all belong to
+//! the network namespace of the thread that opened them. So for each
+//! namespace the host keeps an `O_CLOEXEC` fd, and whenever something must
+//! be opened inside it, a short-lived thread `setns`es into it, opens it and
+//! exits. The calling thread never changes namespace, so no guest code can
+//! ever run in the wrong one.
+#![allow(clippy::disallowed_types, clippy::disallowed_methods)] // the one place allowed
+
+mod socket;
+
+use std::fmt::Display;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::net::IpAddr;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
+use netlink_packet_route::address::{AddressAttribute, AddressMessage, AddressScope};
+use netlink_packet_route::link::{
+    InfoBridgePort, InfoData, InfoKind, InfoMacVlan, InfoMacVtap, InfoPortData, InfoPortKind,
+    InfoVeth, LinkAttribute, LinkFlags, LinkInfo as NlLinkInfo, LinkMessage,
+    MacVlanMode as NlMacVlanMode,
+};
+use netlink_packet_route::route::{
+    RouteAddress, RouteAttribute, RouteMessage, RouteMetric, RouteProtocol, RouteScope, RouteType,
+};
+use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
+use rustix::thread::{move_into_link_name_space, LinkNameSpaceType};
+
+use self::socket::{NlError, NlSocket};
+use super::{
+    check_link_name, check_route, check_sysctl_key, format_mac, parse_mac, IpNet, LinkChange,
+    LinkInfo, MacvlanMode, Net, NetError, NsId, NsRef, Route, RT_SCOPE_LINK, RT_SCOPE_UNIVERSE,
+    RT_TABLE_MAIN,
+};
+
+pub struct KernelNet {
+    namespaces: Vec<Namespace>,
+}
+
+struct Namespace {
+    fd: OwnedFd,
+    /// `(st_dev, st_ino)` of the namespace file: the namespace's identity.
+    key: (u64, u64),
+    sock: NlSocket,
+}
+
+impl Default for KernelNet {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl KernelNet {
+    pub fn new() -> Self {
+        KernelNet {
+            namespaces: Vec::new(),
+        }
+    }
+
+    fn ns(&mut self, id: NsId) -> Result<&mut Namespace, NetError> {
+        self.namespaces
+            .get_mut(id.0 as usize)
+            .ok_or_else(|| NetError::NotFound(format!("namespace handle {}", id.0)))
+    }
+
+    fn sock(&mut self, id: NsId) -> Result<&mut NlSocket, NetError> {
+        Ok(&mut self.ns(id)?.sock)
+    }
+
+    fn raw_fd(&mut self, id: NsId) -> Result<i32, NetError> {
+        Ok(self.ns(id)?.fd.as_raw_fd())
+    }
+
+    /// Run `f` on a thread inside namespace `id`.
+    fn in_ns<T: Send>(
+        &mut self,
+        id: NsId,
+        f: impl FnOnce() -> io::Result<T> + Send,
+    ) -> Result<io::Result<T>, NetError> {
+        let ns = self.ns(id)?;
+        Ok(in_netns(ns.fd.as_fd(), f))
+    }
+
+    fn get_link(&mut self, ns: NsId, name: &str) -> Result<LinkMessage, NetError> {
+        check_link_name(name)?;
+        let mut msg = LinkMessage::default();
+        msg.attributes.push(LinkAttribute::IfName(name.to_string()));
+        self.get_link_msg(ns, msg, &format!("link {name}"))
+    }
+
+    fn get_link_msg(
+        &mut self,
+        ns: NsId,
+        msg: LinkMessage,
+        what: &str,
+    ) -> Result<LinkMessage, NetError> {
+        match self
+            .sock(ns)?
+            .get(RouteNetlinkMessage::GetLink(msg))
+            .map_err(kerr(what))?
+        {
+            RouteNetlinkMessage::NewLink(m) => Ok(m),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    fn index_of(&mut self, ns: NsId, name: &str) -> Result<u32, NetError> {
+        Ok(self.get_link(ns, name)?.header.index)
+    }
+
+    fn new_link(&mut self, ns: NsId, msg: LinkMessage, what: &str) -> Result<(), NetError> {
+        self.sock(ns)?
+            .ack(RouteNetlinkMessage::NewLink(msg), NLM_F_CREATE | NLM_F_EXCL)
+            .map_err(kerr(what))
+    }
+
+    fn create_bridge(&mut self, ns: NsId, name: &str, mtu: Option<u32>) -> Result<(), NetError> {
+        let mut msg = LinkMessage::default();
+        msg.attributes.push(LinkAttribute::IfName(name.to_string()));
+        if let Some(mtu) = mtu {
+            msg.attributes.push(LinkAttribute::Mtu(mtu));
+        }
+        msg.attributes
+            .push(LinkAttribute::LinkInfo(vec![NlLinkInfo::Kind(
+                InfoKind::Bridge,
+            )]));
+        self.new_link(ns, msg, &format!("create bridge {name}"))
+    }
+
+    fn set_hairpin(&mut self, ns: NsId, index: u32, name: &str, on: bool) -> Result<(), NetError> {
+        let link = self.link_by_index(ns, index)?;
+        let master_is_bridge = match link.master {
+            Some(m) => self.link_by_index(ns, m)?.kind == "bridge",
+            None => false,
+        };
+        if !master_is_bridge {
+            return Err(NetError::Invalid(format!(
+                "hairpin on {name}: the link is not a bridge port"
+            )));
+        }
+        // Port settings are IFLA_INFO_SLAVE_DATA, which only RTM_NEWLINK (not
+        // RTM_SETLINK) applies to an existing link, as `ip link set type
+        // bridge_slave` does.
+        let mut msg = LinkMessage::default();
+        msg.header.index = index;
+        msg.attributes.push(LinkAttribute::LinkInfo(vec![
+            NlLinkInfo::PortKind(InfoPortKind::Bridge),
+            NlLinkInfo::PortData(InfoPortData::BridgePort(vec![InfoBridgePort::HairpinMode(
+                on,
+            )])),
+        ]));
+        self.sock(ns)?
+            .ack(RouteNetlinkMessage::NewLink(msg), 0)
+            .map_err(kerr(format!("hairpin on {name}")))
+    }
+
+    fn route_msg(
+        &mut self,
+        ns: NsId,
+        route: &Route,
+        delete: bool,
+    ) -> Result<RouteMessage, NetError> {
+        check_route(route, !delete)?;
+        let v4 = route.dst.is_ipv4();
+        let table = route.table.unwrap_or(RT_TABLE_MAIN);
+        let mut msg = RouteMessage::default();
+        let h = &mut msg.header;
+        h.address_family = if v4 {
+            AddressFamily::Inet
+        } else {
+            AddressFamily::Inet6
+        };
+        h.destination_prefix_length = route.dst.prefix;
+        // Large table ids only fit RTA_TABLE; the header byte then says 0.
+        h.table = u8::try_from(table).unwrap_or(0);
+        // iproute2's defaults: `ip route del` matches any scope and protocol;
+        // `ip route add` without a gateway makes an IPv4 route link-scoped.
+        h.scope = RouteScope::from(match route.scope {
+            Some(s) => s,
+            None if !v4 => RT_SCOPE_UNIVERSE,
+            None if delete => u8::from(RouteScope::NoWhere),
+            None if route.gw.is_none() => RT_SCOPE_LINK,
+            None => RT_SCOPE_UNIVERSE,
+        });
+        if !delete {
+            h.protocol = RouteProtocol::Boot;
+            h.kind = RouteType::Unicast;
+        }
+        let a = &mut msg.attributes;
+        if route.dst.prefix > 0 {
+            a.push(RouteAttribute::Destination(RouteAddress::from(
+                route.dst.addr,
+            )));
+        }
+        a.push(RouteAttribute::Table(table));
+        if let Some(gw) = route.gw {
+            a.push(RouteAttribute::Gateway(RouteAddress::from(gw)));
+        }
+        if let Some(p) = route.priority {
+            a.push(RouteAttribute::Priority(p));
+        }
+        if !delete {
+            if let Some(src) = route.src {
+                a.push(RouteAttribute::PrefSource(RouteAddress::from(src)));
+            }
+            let mut metrics = Vec::new();
+            if let Some(mtu) = route.mtu {
+                metrics.push(RouteMetric::Mtu(mtu));
+            }
+            if let Some(mss) = route.advmss {
+                metrics.push(RouteMetric::Advmss(mss));
+            }
+            if !metrics.is_empty() {
+                a.push(RouteAttribute::Metrics(metrics));
+            }
+        }
+        if let Some(dev) = &route.dev {
+            let index = self.index_of(ns, dev)?;
+            msg.attributes.push(RouteAttribute::Oif(index));
+        }
+        Ok(msg)
+    }
+
+    fn sysctl_path(key: &str) -> Result<String, NetError> {
+        check_sysctl_key(key)?;
+        Ok(format!("/proc/sys/{}", key.replace('.', "/")))
+    }
+}
+
+impl Net for KernelNet {
+    fn open(&mut self, ns: NsRef<'_>) -> Result<NsId, NetError> {
+        let path = match ns {
+            NsRef::Current => Path::new("/proc/self/ns/net"),
+            NsRef::Path(p) => p,
+        };
+        let shown = path.display();
+        let file = File::open(path).map_err(|e| io_err(format!("namespace {shown}"), &e))?;
+        let meta = file
+            .metadata()
+            .map_err(|e| io_err(format!("namespace {shown}"), &e))?;
+        let key = (meta.dev(), meta.ino());
+        if let Some(i) = self.namespaces.iter().position(|n| n.key == key) {
+            return Ok(NsId(i as u32));
+        }
+        let fd = OwnedFd::from(file);
+        // setns refuses anything but a network namespace file with EINVAL.
+        let sock = in_netns(fd.as_fd(), NlSocket::new).map_err(|e| match e.raw_os_error() {
+            Some(libc::EINVAL) => NetError::NotFound(format!("{shown} is not a network namespace")),
+            _ => io_err(format!("namespace {shown}"), &e),
+        })?;
+        let id = u32::try_from(self.namespaces.len())
+            .map_err(|_| NetError::Invalid("too many namespaces".into()))?;
+        self.namespaces.push(Namespace { fd, key, sock });
+        Ok(NsId(id))
+    }
+
+    fn same_ns(&self, a: NsId, b: NsId) -> bool {
+        let key = |id: NsId| self.namespaces.get(id.0 as usize).map(|n| n.key);
+        matches!((key(a), key(b)), (Some(x), Some(y)) if x == y)
+    }
+
+    fn create_veth(
+        &mut self,
+        ns: NsId,
+        name: &str,
+        peer_name: &str,
+        peer_ns: NsId,
+        mtu: Option<u32>,
+        mac: Option<&str>,
+    ) -> Result<LinkInfo, NetError> {
+        check_link_name(name)?;
+        check_link_name(peer_name)?;
+        let mac = mac.map(parse_mac).transpose()?;
+        let peer_fd = self.raw_fd(peer_ns)?;
+        let mut peer = LinkMessage::default();
+        peer.attributes
+            .push(LinkAttribute::IfName(peer_name.to_string()));
+        peer.attributes.push(LinkAttribute::NetNsFd(peer_fd));
+        let mut msg = LinkMessage::default();
+        msg.attributes.push(LinkAttribute::IfName(name.to_string()));
+        if let Some(mtu) = mtu {
+            peer.attributes.push(LinkAttribute::Mtu(mtu));
+            msg.attributes.push(LinkAttribute::Mtu(mtu));
+        }
+        if let Some(mac) = mac {
+            msg.attributes.push(LinkAttribute::Address(mac.to_vec()));
+        }
+        msg.attributes.push(LinkAttribute::LinkInfo(vec![
+            NlLinkInfo::Kind(InfoKind::Veth),
+            NlLinkInfo::Data(InfoData::Veth(InfoVeth::Peer(peer))),
+        ]));
+        self.new_link(ns, msg, &format!("create veth {name} (peer {peer_name})"))?;
+        self.link_by_name(ns, name)
+    }
+
+    fn ensure_bridge(
+        &mut self,
+        ns: NsId,
+        name: &str,
+        mtu: Option<u32>,
+    ) -> Result<LinkInfo, NetError> {
+        check_link_name(name)?;
+        let existing = match self.link_by_name(ns, name) {
+            Ok(link) => Some(link),
+            Err(NetError::NotFound(_)) => None,
+            Err(e) => return Err(e),
+        };
+        let link = match existing {
+            Some(link) => link,
+            None => match self.create_bridge(ns, name, mtu) {
+                // Lost a race with another creator: judge what is there now.
+                Ok(()) | Err(NetError::Exists(_)) => self.link_by_name(ns, name)?,
+                Err(e) => return Err(e),
+            },
+        };
+        if link.kind != "bridge" {
+            return Err(NetError::Exists(format!(
+                "{name} is a {} link, not a bridge",
+                link.kind
+            )));
+        }
+        Ok(link)
+    }
+
+    fn create_macvlan(
+        &mut self,
+        ns: NsId,
+        name: &str,
+        master: &str,
+        mode: MacvlanMode,
+        mtu: Option<u32>,
+        mac: Option<&str>,
+        target: NsId,
+        tap: bool,
+    ) -> Result<LinkInfo, NetError> {
+        check_link_name(name)?;
+        let mac = mac.map(parse_mac).transpose()?;
+        let target_fd = self.raw_fd(target)?;
+        let master_index = self.index_of(ns, master)?;
+        let mode = match mode {
+            MacvlanMode::Bridge => NlMacVlanMode::Bridge,
+            MacvlanMode::Private => NlMacVlanMode::Private,
+            MacvlanMode::Vepa => NlMacVlanMode::Vepa,
+            MacvlanMode::Passthru => NlMacVlanMode::Passthrough,
+        };
+        let mut msg = LinkMessage::default();
+        msg.attributes.push(LinkAttribute::IfName(name.to_string()));
+        msg.attributes.push(LinkAttribute::Link(master_index));
+        // Created straight in the target, so `name` never has to be free in
+        // `ns` and nothing is left behind half-moved.
+        msg.attributes.push(LinkAttribute::NetNsFd(target_fd));
+        if let Some(mtu) = mtu {
+            msg.attributes.push(LinkAttribute::Mtu(mtu));
+        }
+        if let Some(mac) = mac {
+            msg.attributes.push(LinkAttribute::Address(mac.to_vec()));
+        }
+        let info = if tap {
+            vec![
+                NlLinkInfo::Kind(InfoKind::MacVtap),
+                NlLinkInfo::Data(InfoData::MacVtap(vec![InfoMacVtap::Mode(mode)])),
+            ]
+        } else {
+            vec![
+                NlLinkInfo::Kind(InfoKind::MacVlan),
+                NlLinkInfo::Data(InfoData::MacVlan(vec![InfoMacVlan::Mode(mode)])),
+            ]
+        };
+        msg.attributes.push(LinkAttribute::LinkInfo(info));
+        let kind = if tap { "macvtap" } else { "macvlan" };
+        self.new_link(ns, msg, &format!("create {kind} {name} on {master}"))?;
+        self.link_by_name(target, name)
+    }
+
+    fn create_tap(
+        &mut self,
+        ns: NsId,
+        name: &str,
+        mtu: Option<u32>,
+        mac: Option<&str>,
+        multi_queue: bool,
+        owner: Option<u32>,
+        group: Option<u32>,
+    ) -> Result<LinkInfo, NetError> {
+        check_link_name(name)?;
+        if let Some(mac) = mac {
+            parse_mac(mac)?;
+        }
+        let ifname = name.to_string();
+        self.in_ns(ns, move || tap::create(&ifname, multi_queue, owner, group))?
+            .map_err(|e| match e.raw_os_error() {
+                // IFF_TUN_EXCL: the name is taken (by a tap or anything else).
+                Some(libc::EBUSY) => NetError::Exists(format!("link {name}")),
+                _ => io_err(format!("create tap {name}"), &e),
+            })?;
+        if mtu.is_some() || mac.is_some() {
+            let change = LinkChange {
+                mtu,
+                mac: mac.map(str::to_string),
+                ..LinkChange::default()
+            };
+            if let Err(e) = self.set_link(ns, name, &change) {
+                // Best effort: the caller asked for one tap with these
+                // settings, not for a tap without them.
+                let _ = self.delete_link(ns, name);
+                return Err(e);
+            }
+        }
+        self.link_by_name(ns, name)
+    }
+
+    fn link_by_name(&mut self, ns: NsId, name: &str) -> Result<LinkInfo, NetError> {
+        Ok(link_info(&self.get_link(ns, name)?))
+    }
+
+    fn link_by_index(&mut self, ns: NsId, index: u32) -> Result<LinkInfo, NetError> {
+        let mut msg = LinkMessage::default();
+        msg.header.index = index;
+        Ok(link_info(&self.get_link_msg(
+            ns,
+            msg,
+            &format!("link index {index}"),
+        )?))
+    }
+
+    fn links(&mut self, ns: NsId) -> Result<Vec<LinkInfo>, NetError> {
+        let all = self
+            .sock(ns)?
+            .dump(RouteNetlinkMessage::GetLink(LinkMessage::default()))
+            .map_err(kerr("list links"))?;
+        Ok(all
+            .iter()
+            .filter_map(|m| match m {
+                RouteNetlinkMessage::NewLink(l) => Some(link_info(l)),
+                _ => None,
+            })
+            .collect())
+    }
+
+    fn set_link(
+        &mut self,
+        ns: NsId,
+        name: &str,
+        change: &LinkChange,
+    ) -> Result<LinkInfo, NetError> {
+        let index = self.index_of(ns, name)?;
+        let mac = change.mac.as_deref().map(parse_mac).transpose()?;
+        let mut msg = LinkMessage::default();
+        msg.header.index = index;
+        for (want, flag) in [
+            (change.up, LinkFlags::Up),
+            (change.promisc, LinkFlags::Promisc),
+            (change.allmulti, LinkFlags::Allmulti),
+        ] {
+            if let Some(on) = want {
+                msg.header.flags.set(flag, on);
+                msg.header.change_mask |= flag;
+            }
+        }
+        let a = &mut msg.attributes;
+        if let Some(mtu) = change.mtu {
+            a.push(LinkAttribute::Mtu(mtu));
+        }
+        if let Some(mac) = mac {
+            a.push(LinkAttribute::Address(mac.to_vec()));
+        }
+        if let Some(q) = change.txqlen {
+            a.push(LinkAttribute::TxQueueLen(q));
+        }
+        match change.master.as_deref() {
+            None => {}
+            Some("") => msg.attributes.push(LinkAttribute::Controller(0)),
+            Some(bridge) => {
+                let br = self.link_by_name(ns, bridge).map_err(|e| match e {
+                    NetError::NotFound(_) => NetError::NotFound(format!("master {bridge}")),
+                    e => e,
+                })?;
+                if br.kind != "bridge" {
+                    return Err(NetError::Invalid(format!(
+                        "master {bridge} is a {} link, not a bridge",
+                        br.kind
+                    )));
+                }
+                msg.attributes.push(LinkAttribute::Controller(br.index));
+            }
+        }
+        if !msg.attributes.is_empty() || !msg.header.change_mask.is_empty() {
+            self.sock(ns)?
+                .ack(RouteNetlinkMessage::SetLink(msg), 0)
+                .map_err(kerr(format!("set link {name}")))?;
+        }
+        if let Some(on) = change.hairpin {
+            self.set_hairpin(ns, index, name, on)?;
+        }
+        self.link_by_index(ns, index)
+    }
+
+    fn delete_link(&mut self, ns: NsId, name: &str) -> Result<(), NetError> {
+        check_link_name(name)?;
+        let mut msg = LinkMessage::default();
+        msg.attributes.push(LinkAttribute::IfName(name.to_string()));
+        self.sock(ns)?
+            .ack(RouteNetlinkMessage::DelLink(msg), 0)
+            .map_err(kerr(format!("link {name}")))
+    }
+
+    fn add_address(&mut self, ns: NsId, link: &str, addr: &IpNet) -> Result<(), NetError> {
+        let msg = addr_msg(self.index_of(ns, link)?, addr, true);
+        self.sock(ns)?
+            .ack(
+                RouteNetlinkMessage::NewAddress(msg),
+                NLM_F_CREATE | NLM_F_EXCL,
+            )
+            .map_err(kerr(format!("address {addr} on {link}")))
+    }
+
+    fn del_address(&mut self, ns: NsId, link: &str, addr: &IpNet) -> Result<(), NetError> {
+        let msg = addr_msg(self.index_of(ns, link)?, addr, false);
+        self.sock(ns)?
+            .ack(RouteNetlinkMessage::DelAddress(msg), 0)
+            .map_err(kerr(format!("address {addr} on {link}")))
+    }
+
+    fn addresses(&mut self, ns: NsId, link: &str) -> Result<Vec<IpNet>, NetError> {
+        let index = self.index_of(ns, link)?;
+        let all = self
+            .sock(ns)?
+            .dump(RouteNetlinkMessage::GetAddress(AddressMessage::default()))
+            .map_err(kerr(format!("list addresses of {link}")))?;
+        let mut out = Vec::new();
+        for m in all {
+            let RouteNetlinkMessage::NewAddress(m) = m else {
+                continue;
+            };
+            if m.header.index != index {
+                continue;
+            }
+            // IFA_LOCAL is the address itself; IFA_ADDRESS is the peer on a
+            // point-to-point link, and the only one IPv6 reports.
+            let mut local = None;
+            let mut address = None;
+            for a in &m.attributes {
+                match a {
+                    AddressAttribute::Local(ip) => local = Some(*ip),
+                    AddressAttribute::Address(ip) => address = Some(*ip),
+                    _ => {}
+                }
+            }
+            if let Some(ip) = local.or(address) {
+                out.push(IpNet::new(ip, m.header.prefix_len)?);
+            }
+        }
+        Ok(out)
+    }
+
+    fn add_route(&mut self, ns: NsId, route: &Route) -> Result<(), NetError> {
+        let msg = self.route_msg(ns, route, false)?;
+        self.sock(ns)?
+            .ack(
+                RouteNetlinkMessage::NewRoute(msg),
+                NLM_F_CREATE | NLM_F_EXCL,
+            )
+            .map_err(kerr(format!("route to {}", route.dst)))
+    }
+
+    fn del_route(&mut self, ns: NsId, route: &Route) -> Result<(), NetError> {
+        let msg = self.route_msg(ns, route, true)?;
+        self.sock(ns)?
+            .ack(RouteNetlinkMessage::DelRoute(msg), 0)
+            .map_err(kerr(format!("route to {}", route.dst)))
+    }
+
+    fn routes(&mut self, ns: NsId, link: &str, table: Option<u32>) -> Result<Vec<Route>, NetError> {
+        let index = self.index_of(ns, link)?;
+        let table = table.unwrap_or(RT_TABLE_MAIN);
+        let mut out = Vec::new();
+        for family in [AddressFamily::Inet, AddressFamily::Inet6] {
+            let mut req = RouteMessage::default();
+            req.header.address_family = family;
+            let all = self
+                .sock(ns)?
+                .dump(RouteNetlinkMessage::GetRoute(req))
+                .map_err(kerr(format!("list routes of {link}")))?;
+            for m in all {
+                let RouteNetlinkMessage::NewRoute(m) = m else {
+                    continue;
+                };
+                if let Some(r) = to_route(&m, index, table, link) {
+                    out.push(r);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn sysctl_get(&mut self, ns: NsId, key: &str) -> Result<String, NetError> {
+        let path = Self::sysctl_path(key)?;
+        let value = self
+            .in_ns(ns, move || std::fs::read_to_string(path))?
+            .map_err(|e| io_err(format!("sysctl {key}"), &e))?;
+        Ok(value.trim().to_string())
+    }
+
+    fn sysctl_set(&mut self, ns: NsId, key: &str, value: &str) -> Result<(), NetError> {
+        let path = Self::sysctl_path(key)?;
+        let bytes = value.as_bytes().to_vec();
+        self.in_ns(ns, move || {
+            OpenOptions::new().write(true).open(path)?.write_all(&bytes)
+        })?
+        .map_err(|e| io_err(format!("sysctl {key}"), &e))
+    }
+}
+
+/// Run `f` on a fresh thread that first joins the network namespace `fd`.
+/// The thread, and with it the namespace switch, ends when `f` returns; what
+/// `f` opened stays bound to that namespace.
+fn in_netns<T: Send>(
+    fd: BorrowedFd<'_>,
+    f: impl FnOnce() -> io::Result<T> + Send,
+) -> io::Result<T> {
+    std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .name("netns".into())
+            .spawn_scoped(s, move || {
+                move_into_link_name_space(fd, Some(LinkNameSpaceType::Network))?;
+                f()
+            })?
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("namespace worker thread panicked")))
+    })
+}
+
+fn kerr(what: impl Display) -> impl FnOnce(NlError) -> NetError {
+    move |e| NetError::from_errno(e.errno, format!("{what}: {}", e.msg))
+}
+
+fn io_err(what: impl Display, e: &io::Error) -> NetError {
+    NetError::from_errno(
+        e.raw_os_error().unwrap_or(libc::EIO),
+        format!("{what}: {e}"),
+    )
+}
+
+fn unexpected(m: &RouteNetlinkMessage) -> NetError {
+    NetError::Kernel {
+        errno: libc::EPROTO,
+        msg: format!("unexpected netlink reply (type {})", m.message_type()),
+    }
+}
+
+fn addr_msg(index: u32, addr: &IpNet, add: bool) -> AddressMessage {
+    let mut msg = AddressMessage::default();
+    msg.header.index = index;
+    msg.header.prefix_len = addr.prefix;
+    msg.header.family = if addr.is_ipv4() {
+        AddressFamily::Inet
+    } else {
+        AddressFamily::Inet6
+    };
+    // iproute2 gives 127.0.0.0/8 host scope; the kernel derives IPv6 scope.
+    if let IpAddr::V4(a) = addr.addr {
+        if a.is_loopback() {
+            msg.header.scope = AddressScope::Host;
+        }
+    }
+    msg.attributes.push(AddressAttribute::Local(addr.addr));
+    msg.attributes.push(AddressAttribute::Address(addr.addr));
+    if add {
+        if let Some(brd) = addr.broadcast() {
+            msg.attributes.push(AddressAttribute::Broadcast(brd));
+        }
+    }
+    msg
+}
+
+fn link_info(m: &LinkMessage) -> LinkInfo {
+    let flags = m.header.flags;
+    let mut info = LinkInfo {
+        index: m.header.index,
+        name: String::new(),
+        kind: "device".into(),
+        mac: String::new(),
+        mtu: 0,
+        up: flags.contains(LinkFlags::Up),
+        oper_up: flags.contains(LinkFlags::Running),
+        master: None,
+        peer_index: None,
+        promisc: flags.contains(LinkFlags::Promisc),
+        allmulti: flags.contains(LinkFlags::Allmulti),
+        txqlen: 0,
+        macvlan_mode: None,
+    };
+    let mut lower = None;
+    for a in &m.attributes {
+        match a {
+            LinkAttribute::IfName(n) => info.name = n.clone(),
+            LinkAttribute::Address(b) => info.mac = format_mac(b),
+            LinkAttribute::Mtu(v) => info.mtu = *v,
+            LinkAttribute::Controller(v) if *v != 0 => info.master = Some(*v),
+            LinkAttribute::Link(v) => lower = Some(*v),
+            LinkAttribute::TxQueueLen(v) => info.txqlen = *v,
+            LinkAttribute::LinkInfo(infos) => {
+                for i in infos {
+                    match i {
+                        NlLinkInfo::Kind(k) => info.kind = k.to_string(),
+                        NlLinkInfo::Data(InfoData::MacVlan(v)) => {
+                            info.macvlan_mode = v.iter().find_map(|x| match x {
+                                InfoMacVlan::Mode(m) => macvlan_mode(*m),
+                                _ => None,
+                            })
+                        }
+                        NlLinkInfo::Data(InfoData::MacVtap(v)) => {
+                            info.macvlan_mode = v.iter().find_map(|x| match x {
+                                InfoMacVtap::Mode(m) => macvlan_mode(*m),
+                                _ => None,
+                            })
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    if info.kind == "veth" {
+        info.peer_index = lower;
+    }
+    info
+}
+
+fn macvlan_mode(m: NlMacVlanMode) -> Option<MacvlanMode> {
+    match m {
+        NlMacVlanMode::Bridge => Some(MacvlanMode::Bridge),
+        NlMacVlanMode::Private => Some(MacvlanMode::Private),
+        NlMacVlanMode::Vepa => Some(MacvlanMode::Vepa),
+        NlMacVlanMode::Passthrough => Some(MacvlanMode::Passthru),
+        _ => None,
+    }
+}
+
+fn route_ip(a: &RouteAddress) -> Option<IpAddr> {
+    match a {
+        RouteAddress::Inet(v4) => Some((*v4).into()),
+        RouteAddress::Inet6(v6) => Some((*v6).into()),
+        _ => None,
+    }
+}
+
+/// The route `m` as a [`Route`], if it is a unicast route of `table` out of
+/// link `index`.
+fn to_route(m: &RouteMessage, index: u32, table: u32, link: &str) -> Option<Route> {
+    if m.header.kind != RouteType::Unicast {
+        return None;
+    }
+    let mut route_table = u32::from(m.header.table);
+    let mut oif = None;
+    let mut dst = None;
+    let mut route = Route::to(IpNet {
+        addr: IpAddr::from([0u8; 4]),
+        prefix: 0,
+    });
+    for a in &m.attributes {
+        match a {
+            RouteAttribute::Table(t) => route_table = *t,
+            RouteAttribute::Oif(i) => oif = Some(*i),
+            RouteAttribute::Destination(d) => dst = route_ip(d),
+            RouteAttribute::Gateway(g) => route.gw = route_ip(g),
+            RouteAttribute::PrefSource(s) => route.src = route_ip(s),
+            RouteAttribute::Priority(p) => route.priority = Some(*p),
+            RouteAttribute::Metrics(ms) => {
+                for metric in ms {
+                    match metric {
+                        RouteMetric::Mtu(v) => route.mtu = Some(*v),
+                        RouteMetric::Advmss(v) => route.advmss = Some(*v),
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    if route_table != table || oif != Some(index) {
+        return None;
+    }
+    let unspecified = match m.header.address_family {
+        AddressFamily::Inet => IpAddr::from([0u8; 4]),
+        AddressFamily::Inet6 => IpAddr::from([0u16; 8]),
+        _ => return None,
+    };
+    route.dst = IpNet {
+        addr: dst.unwrap_or(unspecified),
+        prefix: m.header.destination_prefix_length,
+    };
+    route.dev = Some(link.to_string());
+    route.table = Some(route_table);
+    route.scope = Some(u8::from(m.header.scope));
+    Some(route)
+}
+
+/// Persistent tap devices through `/dev/net/tun`, which rtnetlink cannot
+/// create. Called on a thread inside the target namespace: a tun device is
+/// created in the namespace of whoever opened `/dev/net/tun`.
+mod tap {
+    use std::fs::OpenOptions;
+    use std::io;
+    use std::os::fd::AsRawFd;
+
+    /// `struct ifreq` as TUNSETIFF reads it: the name, then `ifr_flags` in
+    /// the union, padded to the kernel's size.
+    #[repr(C)]
+    struct IfReq {
+        name: [u8; libc::IFNAMSIZ],
+        flags: libc::c_short,
+        _pad: [u8; 22],
+    }
+
+    const _: () = assert!(std::mem::size_of::<IfReq>() == std::mem::size_of::<libc::ifreq>());
+
+    pub(super) fn create(
+        name: &str,
+        multi_queue: bool,
+        owner: Option<u32>,
+        group: Option<u32>,
+    ) -> io::Result<()> {
+        let tun = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/net/tun")?;
+        let fd = tun.as_raw_fd();
+        let mut req = IfReq {
+            name: [0; libc::IFNAMSIZ],
+            flags: 0,
+            _pad: [0; 22],
+        };
+        // The caller checked the name: at most 15 bytes, so NUL-terminated.
+        req.name[..name.len()].copy_from_slice(name.as_bytes());
+        // TUN_EXCL: fail with EBUSY rather than attach to an existing device.
+        let mut flags = libc::IFF_TAP | libc::IFF_NO_PI | libc::IFF_TUN_EXCL;
+        if multi_queue {
+            flags |= libc::IFF_MULTI_QUEUE;
+        }
+        req.flags = flags as libc::c_short;
+        // SAFETY: `fd` is an open /dev/net/tun; `req` is a live, initialised
+        // ifreq-sized buffer the kernel reads (and writes the name back to)
+        // during the call only.
+        check(unsafe { libc::ioctl(fd, libc::TUNSETIFF, &mut req as *mut IfReq) })?;
+        if let Some(uid) = owner {
+            // SAFETY: TUNSETOWNER takes its argument by value; no memory is
+            // shared with the kernel.
+            check(unsafe { libc::ioctl(fd, libc::TUNSETOWNER, libc::c_ulong::from(uid)) })?;
+        }
+        if let Some(gid) = group {
+            // SAFETY: as above, TUNSETGROUP takes its argument by value.
+            check(unsafe { libc::ioctl(fd, libc::TUNSETGROUP, libc::c_ulong::from(gid)) })?;
+        }
+        // Persistence last: if anything above failed, closing `tun` removes
+        // the half-made device.
+        // SAFETY: as above, TUNSETPERSIST takes its argument by value.
+        check(unsafe { libc::ioctl(fd, libc::TUNSETPERSIST, 1 as libc::c_ulong) })?;
+        Ok(())
+    }
+
+    fn check(rc: libc::c_int) -> io::Result<()> {
+        if rc < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    }
+}

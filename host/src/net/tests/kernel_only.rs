@@ -1,0 +1,421 @@
+//! Kernel backend checks the memory model cannot answer, verified against
+//! iproute2 and procfs inside the test's own namespaces.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::net::{IpNet, KernelNet, LinkChange, MacvlanMode, Net, NetError, NsRef, Route};
+
+use super::support::{require_root, KernelEnv, Netns};
+
+fn cidr(s: &str) -> IpNet {
+    s.parse().unwrap()
+}
+
+fn up() -> LinkChange {
+    LinkChange {
+        up: Some(true),
+        ..LinkChange::default()
+    }
+}
+
+/// The netns inode of the calling thread.
+fn thread_netns() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/thread-self/ns/net").unwrap().ino()
+}
+
+#[test]
+fn open_refuses_what_is_not_a_netns() {
+    require_root!();
+    let ns = Netns::new("open");
+    let mut net = KernelNet::new();
+    let missing = net.open(NsRef::Path(Path::new("/run/netns/wcni-no-such-namespace")));
+    assert!(matches!(missing, Err(NetError::NotFound(_))), "{missing:?}");
+    let file = std::env::temp_dir().join(format!("wcni-not-a-netns-{}", std::process::id()));
+    std::fs::write(&file, b"x").unwrap();
+    let regular = net.open(NsRef::Path(&file));
+    std::fs::remove_file(&file).unwrap();
+    assert!(matches!(regular, Err(NetError::NotFound(_))), "{regular:?}");
+    let uts = net.open(NsRef::Path(Path::new("/proc/self/ns/uts")));
+    assert!(matches!(uts, Err(NetError::NotFound(_))), "{uts:?}");
+
+    // One namespace, one handle, however it is named.
+    let a = net.open(NsRef::Path(&ns.path)).unwrap();
+    assert_eq!(net.open(NsRef::Path(&ns.path)).unwrap(), a);
+    let node = net.open(NsRef::Current).unwrap();
+    assert_eq!(
+        net.open(NsRef::Path(Path::new("/proc/self/ns/net")))
+            .unwrap(),
+        node
+    );
+    assert!(net.same_ns(a, a) && !net.same_ns(a, node));
+}
+
+#[test]
+fn the_calling_thread_never_changes_namespace() {
+    require_root!();
+    let before = thread_netns();
+    let mut env = KernelEnv::new("thread");
+    let (a, b) = (env.a, env.b);
+    env.net.create_veth(a, "wv0", "wv1", b, None, None).unwrap();
+    env.net
+        .create_tap(a, "wtap0", None, None, false, None, None)
+        .unwrap();
+    env.net
+        .sysctl_set(a, "net.ipv4.conf.wv0.rp_filter", "1")
+        .unwrap();
+    env.net.sysctl_get(b, "net.ipv4.ip_forward").unwrap();
+    assert_eq!(thread_netns(), before);
+}
+
+#[test]
+fn veth_as_iproute2_sees_it() {
+    require_root!();
+    let mut env = KernelEnv::new("veth");
+    let (a, b) = (env.a, env.b);
+    let va = env
+        .net
+        .create_veth(a, "wv0", "wv1", b, Some(1400), Some("02:11:22:33:44:55"))
+        .unwrap();
+    let ja = &env.ns_a.ip_json(&["-d", "link", "show", "dev", "wv0"])[0];
+    assert_eq!(ja["ifindex"], Value::from(va.index));
+    assert_eq!(ja["mtu"], 1400);
+    assert_eq!(ja["address"], "02:11:22:33:44:55");
+    assert_eq!(ja["linkinfo"]["info_kind"], "veth");
+    let jb = &env.ns_b.ip_json(&["-d", "link", "show", "dev", "wv1"])[0];
+    assert_eq!(jb["mtu"], 1400);
+    assert_eq!(Some(jb["ifindex"].as_u64().unwrap() as u32), va.peer_index);
+    assert_eq!(ja["link_index"], jb["ifindex"]);
+}
+
+#[test]
+fn hairpin_as_iproute2_sees_it() {
+    require_root!();
+    let mut env = KernelEnv::new("hairpin");
+    let (a, b) = (env.a, env.b);
+    env.net.ensure_bridge(a, "wbr0", None).unwrap();
+    env.net.create_veth(a, "wv0", "wv1", b, None, None).unwrap();
+    let hairpin = |on| LinkChange {
+        master: Some("wbr0".into()),
+        hairpin: Some(on),
+        ..LinkChange::default()
+    };
+    env.net.set_link(a, "wv0", &hairpin(true)).unwrap();
+    let j = &env.ns_a.ip_json(&["-d", "link", "show", "dev", "wv0"])[0];
+    assert_eq!(j["master"], "wbr0");
+    assert_eq!(j["linkinfo"]["info_slave_kind"], "bridge");
+    assert_eq!(j["linkinfo"]["info_slave_data"]["hairpin"], true);
+    let bridge = env
+        .ns_a
+        .exec(&["bridge", "-d", "link", "show", "dev", "wv0"]);
+    assert!(bridge.contains("hairpin on"), "{bridge}");
+    env.net.set_link(a, "wv0", &hairpin(false)).unwrap();
+    let j = &env.ns_a.ip_json(&["-d", "link", "show", "dev", "wv0"])[0];
+    assert_eq!(j["linkinfo"]["info_slave_data"]["hairpin"], false);
+}
+
+#[test]
+fn macvlan_lands_in_target_only() {
+    require_root!();
+    let mut env = KernelEnv::new("macvlan");
+    let (a, b) = (env.a, env.b);
+    env.net.create_veth(a, "wm0", "wp0", a, None, None).unwrap();
+    for (name, mode, tap, word) in [
+        ("mv0", MacvlanMode::Private, false, "private"),
+        ("mt0", MacvlanMode::Vepa, true, "vepa"),
+    ] {
+        env.net
+            .create_macvlan(a, name, "wm0", mode, None, None, b, tap)
+            .unwrap();
+        let j = &env.ns_b.ip_json(&["-d", "link", "show", "dev", name])[0];
+        assert_eq!(
+            j["linkinfo"]["info_kind"],
+            if tap { "macvtap" } else { "macvlan" }
+        );
+        assert_eq!(j["linkinfo"]["info_data"]["mode"], word);
+        let in_a = env.ns_a.ip_json(&["link", "show"]);
+        assert!(in_a.as_array().unwrap().iter().all(|l| l["ifname"] != name));
+    }
+}
+
+#[test]
+fn tap_is_persistent_and_owned() {
+    require_root!();
+    let mut env = KernelEnv::new("tap");
+    let a = env.a;
+    env.net
+        .create_tap(a, "wtap0", Some(1400), None, true, Some(1000), Some(1001))
+        .unwrap();
+    // The creating fd is long closed: the device stays because it persists.
+    let j = &env.ns_a.ip_json(&["-d", "link", "show", "dev", "wtap0"])[0];
+    assert_eq!(j["mtu"], 1400);
+    assert_eq!(j["linkinfo"]["info_kind"], "tun");
+    let data = &j["linkinfo"]["info_data"];
+    assert_eq!(
+        (&data["type"], &data["persist"], &data["multi_queue"]),
+        (&"tap".into(), &true.into(), &true.into())
+    );
+    assert_eq!(&data["pi"], &Value::from(false));
+    let owner = env.ns_a.exec(&[
+        "cat",
+        "/sys/class/net/wtap0/owner",
+        "/sys/class/net/wtap0/group",
+    ]);
+    assert_eq!(
+        owner.split_whitespace().collect::<Vec<_>>(),
+        ["1000", "1001"]
+    );
+    env.net
+        .create_tap(a, "wtap1", None, None, false, None, None)
+        .unwrap();
+    let owner = env.ns_a.exec(&["cat", "/sys/class/net/wtap1/owner"]);
+    assert_eq!(owner.trim(), "-1", "no owner");
+}
+
+#[test]
+fn addresses_as_iproute2_sees_them() {
+    require_root!();
+    let mut env = KernelEnv::new("addr");
+    let (a, b) = (env.a, env.b);
+    env.net.create_veth(a, "wv0", "wv1", b, None, None).unwrap();
+    for n in [
+        "10.1.2.3/24",
+        "10.1.3.1/30",
+        "10.1.4.1/31",
+        "10.1.5.1/32",
+        "fd00::1/64",
+    ] {
+        env.net.add_address(a, "wv0", &cidr(n)).unwrap();
+    }
+    env.net.set_link(a, "lo", &up()).unwrap();
+    env.net.add_address(a, "lo", &cidr("127.0.0.2/8")).unwrap();
+    let j = &env.ns_a.ip_json(&["addr", "show", "dev", "wv0"])[0]["addr_info"];
+    let info = |local: &str| {
+        j.as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["local"] == local)
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    assert_eq!(info("10.1.2.3")["broadcast"], "10.1.2.255");
+    assert_eq!(info("10.1.2.3")["prefixlen"], 24);
+    assert_eq!(info("10.1.3.1")["broadcast"], "10.1.3.3");
+    assert_eq!(info("10.1.4.1")["broadcast"], Value::Null);
+    assert_eq!(info("10.1.5.1")["broadcast"], Value::Null);
+    assert_eq!(info("fd00::1")["prefixlen"], 64);
+    assert_eq!(info("10.1.2.3")["scope"], "global");
+    let lo = &env.ns_a.ip_json(&["addr", "show", "dev", "lo"])[0]["addr_info"];
+    let lo2 = lo
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["local"] == "127.0.0.2")
+        .unwrap();
+    assert_eq!(lo2["scope"], "host");
+    // What the backend lists is what iproute2 lists.
+    let ours: Vec<String> = env
+        .net
+        .addresses(a, "wv0")
+        .unwrap()
+        .iter()
+        .map(|n| n.to_string())
+        .collect();
+    let theirs: Vec<String> = j
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| format!("{}/{}", x["local"].as_str().unwrap(), x["prefixlen"]))
+        .collect();
+    assert_eq!(ours, theirs);
+}
+
+#[test]
+fn routes_as_iproute2_sees_them() {
+    require_root!();
+    let mut env = KernelEnv::new("route");
+    let (a, b) = (env.a, env.b);
+    env.net.create_veth(a, "wv0", "wv1", b, None, None).unwrap();
+    env.net.set_link(a, "wv0", &up()).unwrap();
+    env.net.add_address(a, "wv0", &cidr("10.1.2.3/24")).unwrap();
+    env.net.add_address(a, "wv0", &cidr("fd00::1/64")).unwrap();
+    let r = |dst: &str| Route {
+        dev: Some("wv0".into()),
+        ..Route::to(cidr(dst))
+    };
+    env.net.add_route(a, &r("10.8.0.0/24")).unwrap();
+    env.net
+        .add_route(
+            a,
+            &Route {
+                gw: Some("10.1.2.1".parse().unwrap()),
+                priority: Some(50),
+                ..r("10.9.0.0/24")
+            },
+        )
+        .unwrap();
+    env.net
+        .add_route(
+            a,
+            &Route {
+                table: Some(100),
+                mtu: Some(1300),
+                ..r("10.7.0.0/24")
+            },
+        )
+        .unwrap();
+    env.net.add_route(a, &r("fd08::/64")).unwrap();
+
+    let main = env.ns_a.ip_json(&["-d", "route", "show", "table", "main"]);
+    let get = |j: &Value, dst: &str| {
+        j.as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["dst"] == dst)
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    let linked = get(&main, "10.8.0.0/24");
+    assert_eq!(
+        (&linked["protocol"], &linked["scope"], &linked["dev"]),
+        (&"boot".into(), &"link".into(), &"wv0".into())
+    );
+    let via = get(&main, "10.9.0.0/24");
+    assert_eq!(
+        (&via["gateway"], &via["metric"], &via["scope"]),
+        (&"10.1.2.1".into(), &50.into(), &"global".into())
+    );
+    let subnet = get(&main, "10.1.2.0/24");
+    assert_eq!(
+        (&subnet["protocol"], &subnet["prefsrc"]),
+        (&"kernel".into(), &"10.1.2.3".into())
+    );
+    let t100 = env.ns_a.ip_json(&["route", "show", "table", "100"]);
+    assert_eq!(get(&t100, "10.7.0.0/24")["metrics"][0]["mtu"], 1300);
+    let v6 = env
+        .ns_a
+        .ip_json(&["-d", "-6", "route", "show", "table", "main"]);
+    let r6 = get(&v6, "fd08::/64");
+    assert_eq!(
+        (&r6["protocol"], &r6["metric"]),
+        (&"boot".into(), &1024.into())
+    );
+}
+
+#[test]
+fn sysctl_changes_only_the_namespace() {
+    require_root!();
+    let read_node = || std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").unwrap();
+    let node_before = read_node();
+    let mut env = KernelEnv::new("sysctl");
+    let a = env.a;
+    let current = env.net.sysctl_get(a, "net.ipv4.ip_forward").unwrap();
+    let flipped = if current == "1" { "0" } else { "1" };
+    env.net
+        .sysctl_set(a, "net.ipv4.ip_forward", flipped)
+        .unwrap();
+    assert_eq!(
+        env.ns_a
+            .exec(&["sysctl", "-n", "net.ipv4.ip_forward"])
+            .trim(),
+        flipped
+    );
+    assert_eq!(
+        env.ns_b
+            .exec(&["sysctl", "-n", "net.ipv4.ip_forward"])
+            .trim(),
+        current
+    );
+    assert_eq!(
+        read_node(),
+        node_before,
+        "the node's own value is untouched"
+    );
+    env.net
+        .sysctl_set(a, "net.ipv6.conf.all.forwarding", "1")
+        .unwrap();
+    assert_eq!(
+        env.ns_a
+            .exec(&["sysctl", "-n", "net.ipv6.conf.all.forwarding"])
+            .trim(),
+        "1"
+    );
+}
+
+#[test]
+fn errors_carry_the_kernels_words() {
+    require_root!();
+    let mut env = KernelEnv::new("errtext");
+    let (a, b) = (env.a, env.b);
+    env.net.create_veth(a, "wv0", "wv1", b, None, None).unwrap();
+    match env.net.set_link(
+        a,
+        "wv0",
+        &LinkChange {
+            mtu: Some(67),
+            ..LinkChange::default()
+        },
+    ) {
+        Err(NetError::Invalid(msg)) => {
+            assert!(
+                msg.to_lowercase().contains("mtu") && msg.contains("errno 22"),
+                "{msg}"
+            )
+        }
+        other => unreachable!("{other:?}"),
+    }
+    env.net.set_link(a, "wv0", &up()).unwrap();
+    let unreachable = Route {
+        gw: Some("10.99.0.1".parse().unwrap()),
+        ..Route::to(cidr("10.9.0.0/24"))
+    };
+    match env.net.add_route(a, &unreachable) {
+        Err(NetError::Kernel { errno, msg }) => {
+            assert_eq!(errno, libc::ENETUNREACH);
+            assert!(msg.contains("gateway"), "{msg}");
+        }
+        other => unreachable!("{other:?}"),
+    }
+}
+
+#[test]
+fn dumps_span_many_messages() {
+    require_root!();
+    let mut env = KernelEnv::new("dump");
+    let a = env.a;
+    for i in 0..100 {
+        env.net
+            .create_veth(a, &format!("wd{i}a"), &format!("wd{i}b"), a, None, None)
+            .unwrap();
+    }
+    env.net.set_link(a, "wd0a", &up()).unwrap();
+    for i in 0..300u32 {
+        let addr = format!("10.{}.{}.1/32", 100 + i / 250, i % 250);
+        env.net.add_address(a, "wd0a", &cidr(&addr)).unwrap();
+        let dst = format!("10.200.{}.{}/32", i / 250, i % 250);
+        env.net
+            .add_route(
+                a,
+                &Route {
+                    dev: Some("wd0a".into()),
+                    ..Route::to(cidr(&dst))
+                },
+            )
+            .unwrap();
+    }
+    let links = env.net.links(a).unwrap();
+    assert_eq!(links.len(), 201);
+    let counted = env
+        .ns_a
+        .ip_json(&["link", "show"])
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(links.len(), counted);
+    assert_eq!(env.net.addresses(a, "wd0a").unwrap().len(), 300);
+    assert_eq!(env.net.routes(a, "wd0a", None).unwrap().len(), 300);
+    // Each request still gets its own answer afterwards.
+    assert_eq!(env.net.link_by_name(a, "wd99b").unwrap().name, "wd99b");
+}
