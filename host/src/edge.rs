@@ -9,6 +9,7 @@ use crate::chain::{Attachment, Executor};
 use crate::cni::{self, config, env, version, CniError, Command, ErrorCode};
 use crate::error::HostError;
 use crate::log;
+use crate::net::KernelNet;
 use crate::sandbox::Runtime;
 use crate::state::DiskRecords;
 use crate::store::DiskStore;
@@ -83,7 +84,13 @@ fn dispatch(inv: &cni::Invocation, conf: config::NetConf) -> Result<String, Host
     let records = Arc::new(DiskRecords::new(&conf.state_dir));
     let cni_version = conf.cni_version.clone();
     let store = Arc::new(DiskStore::new(&conf.state_dir.join("store")));
-    let exec = Executor::new(runtime.clone(), Arc::new(conf), records, store);
+    let exec = Executor::new(
+        runtime.clone(),
+        Arc::new(conf),
+        records,
+        store,
+        Box::new(KernelNet::new()),
+    );
     let att = Attachment {
         container_id: inv.container_id.clone(),
         ifname: inv.ifname.clone(),

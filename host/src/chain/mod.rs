@@ -10,7 +10,9 @@
 
 mod services;
 
-use std::sync::Arc;
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
@@ -19,7 +21,8 @@ use crate::cni::result::{self, CniResult};
 use crate::cni::Command;
 use crate::error::HostError;
 use crate::log;
-use crate::sandbox::{convert, wit, Call, Limits, Runtime};
+use crate::net::{Net, NetError, NsRef};
+use crate::sandbox::{convert, wit, Call, CreatedLinks, Limits, NetAccess, Runtime};
 use crate::state::{now_ms, AttachmentRecord, AttachmentRecords, RECORD_KIND};
 use crate::store::StateStore;
 use services::StepServices;
@@ -38,6 +41,9 @@ pub struct Executor {
     conf: Arc<NetConf>,
     records: Arc<dyn AttachmentRecords + Send + Sync>,
     store: Arc<dyn StateStore>,
+    net: Arc<Mutex<Box<dyn Net>>>,
+    /// Links the current attachment's plugins created, across steps.
+    created: Arc<Mutex<CreatedLinks>>,
 }
 
 /// What a chain step runs with.
@@ -53,12 +59,15 @@ impl Executor {
         conf: Arc<NetConf>,
         records: Arc<dyn AttachmentRecords + Send + Sync>,
         store: Arc<dyn StateStore>,
+        net: Box<dyn Net>,
     ) -> Self {
         Executor {
             runtime,
             conf,
             records,
             store,
+            net: Arc::new(Mutex::new(net)),
+            created: Arc::default(),
         }
     }
 
@@ -74,6 +83,7 @@ impl Executor {
     }
 
     pub fn add(&self, att: &Attachment) -> Result<CniResult, HostError> {
+        self.adopt_links(None);
         let mut prev = self.incoming_prev()?;
         for (index, entry) in self.conf.chain.iter().enumerate() {
             let step = Step {
@@ -96,6 +106,7 @@ impl Executor {
             }
         }
         let result = prev.unwrap_or_default();
+        let created = self.created_links();
         let record = AttachmentRecord {
             kind: RECORD_KIND.into(),
             network: self.conf.name.clone(),
@@ -105,6 +116,8 @@ impl Executor {
             cni_args: att.args.clone(),
             runtime_config: self.conf.runtime_config.clone(),
             result: result.to_json("1.1.0")?,
+            node_links: created.node.into_iter().collect(),
+            container_links: created.container.into_iter().collect(),
             created_at: now_ms(),
         };
         if let Err(e) = self.records.save(&record) {
@@ -164,21 +177,13 @@ impl Executor {
     }
 
     pub fn del(&self, att: &Attachment) -> Result<(), HostError> {
+        let rec = self.load_record(att);
         let prev = match self.incoming_prev()? {
             Some(p) => Some(p),
-            None => self.recorded_result(att)?,
+            None => recorded_result(rec.as_ref()),
         };
-        let mut errors = Vec::new();
-        for (index, entry) in self.conf.chain.iter().enumerate().rev() {
-            let step = Step {
-                index,
-                entry,
-                command: Command::Del,
-            };
-            if let Err((e, _)) = self.run(&step, att, prev.as_ref(), None) {
-                errors.push(e);
-            }
-        }
+        self.adopt_links(rec.as_ref());
+        let errors = self.del_chain(att, prev.as_ref());
         if errors.is_empty() {
             self.records
                 .remove(&self.conf.name, &att.container_id, &att.ifname)
@@ -189,11 +194,29 @@ impl Executor {
         }
     }
 
+    /// DEL every plugin in reverse, best effort: every failure is kept.
+    fn del_chain(&self, att: &Attachment, prev: Option<&CniResult>) -> Vec<HostError> {
+        let mut errors = Vec::new();
+        for (index, entry) in self.conf.chain.iter().enumerate().rev() {
+            let step = Step {
+                index,
+                entry,
+                command: Command::Del,
+            };
+            if let Err((e, _)) = self.run(&step, att, prev, None) {
+                errors.push(e);
+            }
+        }
+        errors
+    }
+
     pub fn check(&self, att: &Attachment) -> Result<(), HostError> {
+        let rec = self.load_record(att);
         let prev = match self.incoming_prev()? {
             Some(p) => Some(p),
-            None => self.recorded_result(att)?,
+            None => recorded_result(rec.as_ref()),
         };
+        self.adopt_links(rec.as_ref());
         for (index, entry) in self.conf.chain.iter().enumerate() {
             let step = Step {
                 index,
@@ -244,26 +267,20 @@ impl Executor {
                 netns: rec.netns.clone(),
                 args: rec.cni_args.clone(),
             };
-            let prev = result::parse(&rec.result, "1.1.0").ok();
-            let mut failed = false;
-            for (index, entry) in self.conf.chain.iter().enumerate().rev() {
-                let step = Step {
-                    index,
-                    entry,
-                    command: Command::Del,
-                };
-                if let Err((e, _)) = self.run(&step, &att, prev.as_ref(), None) {
-                    errors.push(e);
-                    failed = true;
-                }
+            self.adopt_links(Some(&rec));
+            let errs = self.del_chain(&att, recorded_result(Some(&rec)).as_ref());
+            if !errs.is_empty() {
+                errors.extend(errs);
+                continue;
             }
-            if !failed {
-                if let Err(e) = self
-                    .records
-                    .remove(&self.conf.name, &att.container_id, &att.ifname)
-                {
-                    errors.push(HostError::state("removing a stale attachment record", e));
-                }
+            // Whatever the plugins left of the stale attachment in the node
+            // namespace goes too: the host recorded it as theirs.
+            errors.extend(self.delete_node_links());
+            if let Err(e) = self
+                .records
+                .remove(&self.conf.name, &att.container_id, &att.ifname)
+            {
+                errors.push(HostError::state("removing a stale attachment record", e));
             }
         }
         let valid_wit: Vec<wit::Attachment> = valid
@@ -291,8 +308,8 @@ impl Executor {
         }
     }
 
-    fn recorded_result(&self, att: &Attachment) -> Result<Option<CniResult>, HostError> {
-        let rec = match self
+    fn load_record(&self, att: &Attachment) -> Option<AttachmentRecord> {
+        match self
             .records
             .load(&self.conf.name, &att.container_id, &att.ifname)
         {
@@ -302,8 +319,78 @@ impl Executor {
                 log::warn(format_args!("ignoring unreadable attachment record: {e}"));
                 None
             }
+        }
+    }
+
+    /// Delete the node links recorded for the current attachment that still
+    /// exist (GC of a stale attachment).
+    fn delete_node_links(&self) -> Vec<HostError> {
+        let names = self.created_links().node;
+        if names.is_empty() {
+            return Vec::new();
+        }
+        let Ok(mut net) = self.net.lock() else {
+            return vec![HostError::internal("network backend poisoned")];
         };
-        Ok(rec.and_then(|r| result::parse(&r.result, "1.1.0").ok()))
+        let node = match net.open(NsRef::Current) {
+            Ok(id) => id,
+            Err(e) => {
+                return vec![HostError::internal(format!(
+                    "opening the node namespace: {e}"
+                ))]
+            }
+        };
+        let mut errors = Vec::new();
+        for name in names {
+            match net.delete_link(node, &name) {
+                Ok(()) => log::info(format_args!("gc: deleted stale node link {name}")),
+                Err(NetError::NotFound(_)) => {}
+                Err(e) => errors.push(HostError::internal(format!(
+                    "gc: deleting stale node link {name}: {e}"
+                ))),
+            }
+        }
+        errors
+    }
+
+    fn net_access(&self, entry: &ChainEntry, att: &Attachment) -> NetAccess {
+        // The node links a plugin may change are the ones its own config
+        // names, under the keys the reference plugins use for them.
+        let config_named: BTreeSet<String> = ["bridge", "master"]
+            .iter()
+            .filter_map(|k| entry.raw.get(*k).and_then(Value::as_str))
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect();
+        NetAccess {
+            backend: self.net.clone(),
+            container_path: att
+                .netns
+                .as_deref()
+                .filter(|p| !p.is_empty())
+                .map(PathBuf::from),
+            ifname: att.ifname.clone(),
+            config_named,
+            created: self.created.clone(),
+        }
+    }
+
+    /// Seed the created-links set from a record (DEL, CHECK, GC).
+    fn adopt_links(&self, rec: Option<&AttachmentRecord>) {
+        if let Ok(mut c) = self.created.lock() {
+            *c = CreatedLinks {
+                node: rec
+                    .map(|r| r.node_links.iter().cloned().collect())
+                    .unwrap_or_default(),
+                container: rec
+                    .map(|r| r.container_links.iter().cloned().collect())
+                    .unwrap_or_default(),
+            };
+        }
+    }
+
+    fn created_links(&self) -> CreatedLinks {
+        self.created.lock().map(|c| c.clone()).unwrap_or_default()
     }
 
     fn services(
@@ -317,6 +404,7 @@ impl Executor {
         StepServices::new(
             self.runtime.clone(),
             self.store.clone(),
+            Some(self.net_access(entry, att)),
             &self.conf.name,
             entry,
             command,
@@ -412,4 +500,8 @@ fn no_attachment() -> Attachment {
         netns: None,
         args: Vec::new(),
     }
+}
+
+fn recorded_result(rec: Option<&AttachmentRecord>) -> Option<CniResult> {
+    rec.and_then(|r| result::parse(&r.result, "1.1.0").ok())
 }

@@ -1,5 +1,6 @@
 //! What a chain step's plugin may ask of the host: for now, IPAM delegation.
 
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
@@ -8,7 +9,9 @@ use super::Attachment;
 use crate::cni::config::{ChainEntry, Limits as ConfLimits};
 use crate::cni::{CniError, Command, ErrorCode};
 use crate::error::HostError;
-use crate::sandbox::{wit, Call, CniResultWit, IpamOp, Limits, Runtime, Services, StoreAccess};
+use crate::sandbox::{
+    wit, Call, CniResultWit, IpamOp, Limits, NetAccess, Runtime, Services, StoreAccess,
+};
 use crate::store::{Owner, Scope, StateStore};
 
 pub(super) struct StepServices {
@@ -18,9 +21,14 @@ pub(super) struct StepServices {
     /// The plugin this step runs (its store scope).
     plugin_type: String,
     store: Arc<dyn StateStore>,
+    /// Kernel access for the step's own plugin; its IPAM delegate gets none.
+    net: Option<NetAccess>,
+    /// The `dataDir` the config gives this step's plugin, if any.
+    data_dir: Option<PathBuf>,
     /// `ipam.type` of the step's config, if it has one.
     ipam_type: Option<String>,
     ipam_limits: ConfLimits,
+    ipam_data_dir: Option<PathBuf>,
     request: wit::Request,
     valid: Vec<wit::Attachment>,
     /// Set while the delegate holds an allocation made during this step.
@@ -32,6 +40,7 @@ impl StepServices {
     pub(super) fn new(
         runtime: Arc<Runtime>,
         store: Arc<dyn StateStore>,
+        net: Option<NetAccess>,
         network: &str,
         entry: &ChainEntry,
         command: Command,
@@ -45,14 +54,25 @@ impl StepServices {
             .and_then(Value::as_str)
             .map(str::to_string);
         let ipam_limits = entry.ipam_limits.clone();
+        let data_dir = entry
+            .raw
+            .get("dataDir")
+            .and_then(Value::as_str)
+            .map(PathBuf::from);
         StepServices {
             runtime,
             command,
             network: network.to_string(),
             plugin_type: entry.plugin_type.clone(),
             store,
+            net,
+            data_dir,
             ipam_type,
             ipam_limits,
+            ipam_data_dir: ipam
+                .and_then(|i| i.get("dataDir"))
+                .and_then(Value::as_str)
+                .map(PathBuf::from),
             request: wit::Request {
                 container_id: att.container_id.clone(),
                 ifname: att.ifname.clone(),
@@ -99,8 +119,11 @@ impl StepServices {
             network: self.network.clone(),
             plugin_type: ipam_type.to_string(),
             store: self.store.clone(),
+            net: None,
+            data_dir: self.ipam_data_dir.clone(),
             ipam_type: None,
             ipam_limits: ConfLimits::default(),
+            ipam_data_dir: None,
             request: self.request.clone(),
             valid: self.valid.clone(),
             held: Mutex::new(None),
@@ -123,12 +146,17 @@ fn allowed(command: Command, op: IpamOp) -> bool {
 }
 
 impl Services for StepServices {
+    fn net(&self) -> Option<NetAccess> {
+        self.net.clone()
+    }
+
     fn store(&self) -> Option<StoreAccess> {
         Some(StoreAccess {
             backend: self.store.clone(),
             scope: Scope {
                 network: self.network.clone(),
                 plugin: self.plugin_type.clone(),
+                data_dir: self.data_dir.clone(),
             },
             owner: Owner {
                 container_id: self.request.container_id.clone(),

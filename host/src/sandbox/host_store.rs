@@ -150,6 +150,11 @@ impl Host for Ctx {
         })
     }
 
+    fn now(&mut self) -> wasmtime::Result<u64> {
+        self.charge()?;
+        Ok(now_ms())
+    }
+
     fn get_value(&mut self, name: String) -> R<Option<String>> {
         self.with_scope(|data, _, _| {
             check_key(&name)?;

@@ -14,6 +14,8 @@ pub mod convert;
 mod host_ipam;
 mod host_log;
 pub(crate) mod host_network;
+pub mod policy;
+pub use host_network::{CreatedLinks, NetAccess};
 mod host_store;
 pub mod limits;
 mod state;
@@ -45,6 +47,8 @@ pub trait Services: Send + Sync {
     fn ipam(&self, op: IpamOp) -> Result<Option<CniResultWit>, CniError>;
     /// The state-store scope for this call, if it may use one.
     fn store(&self) -> Option<StoreAccess>;
+    /// Kernel networking for this call, if it may use it.
+    fn net(&self) -> Option<NetAccess>;
 }
 
 pub type CniResultWit = wit::CniResult;

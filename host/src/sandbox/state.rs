@@ -5,6 +5,7 @@ use std::sync::Arc;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
+use super::host_network::NetAccess;
 use super::limits::MemoryCap;
 use super::Services;
 use crate::cni::Command;
@@ -32,6 +33,7 @@ pub struct Ctx {
     pub(crate) host_calls_exhausted: bool,
     pub(crate) services: Arc<dyn Services>,
     pub(crate) store: Option<StoreAccess>,
+    pub(crate) net: Option<NetAccess>,
     /// Open on the first store call; committed only if the call succeeds.
     pub(crate) txn: Option<Box<dyn Txn>>,
 }
@@ -44,8 +46,10 @@ impl Ctx {
         services: Arc<dyn Services>,
     ) -> Self {
         let store = services.store();
+        let net = services.net();
         Ctx {
             store,
+            net,
             txn: None,
             table: ResourceTable::new(),
             wasi: WasiCtx::builder().build(),

@@ -36,6 +36,12 @@ pub struct AttachmentRecord {
     pub runtime_config: serde_json::Map<String, serde_json::Value>,
     /// The final ADD result in CNI 1.1 form.
     pub result: serde_json::Value,
+    /// Links the attachment's plugins created in the node namespace: the
+    /// only node links its DEL may delete, and what GC removes if stale.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub node_links: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub container_links: Vec<String>,
     /// Milliseconds since the Unix epoch.
     pub created_at: u64,
 }
@@ -76,6 +82,8 @@ pub(crate) mod contract {
             cni_args: vec![("K".into(), "V".into())],
             runtime_config: serde_json::Map::new(),
             result: serde_json::json!({"cniVersion": "1.1.0", "ips": []}),
+            node_links: vec!["veth01234567".into()],
+            container_links: Vec::new(),
             created_at: 1,
         }
     }

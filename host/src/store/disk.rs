@@ -25,7 +25,8 @@ impl DiskStore {
     }
 
     fn files(&self, scope: &Scope) -> (PathBuf, PathBuf) {
-        let dir = self.root.join(&scope.network);
+        let root = scope.data_dir.as_deref().unwrap_or(&self.root);
+        let dir = root.join(&scope.network);
         (
             dir.join(format!("{}.json", scope.plugin)),
             dir.join(format!("{}.lock", scope.plugin)),
@@ -134,6 +135,7 @@ mod tests {
         let scope = Scope {
             network: "n".into(),
             plugin: "p".into(),
+            data_dir: None,
         };
         let barrier = Arc::new(Barrier::new(2));
         let handles: Vec<_> = (0..2)
@@ -158,12 +160,32 @@ mod tests {
     }
 
     #[test]
+    fn data_dir_overrides_the_root() {
+        let r = root("datadir");
+        let elsewhere = root("datadir-other");
+        let store = DiskStore::new(&r);
+        let scope = Scope {
+            network: "n".into(),
+            plugin: "p".into(),
+            data_dir: Some(elsewhere.clone()),
+        };
+        let mut t = store.begin(&scope).unwrap();
+        t.data().values.insert("k".into(), "v".into());
+        t.commit().unwrap();
+        assert!(elsewhere.join("n/p.json").is_file());
+        assert!(!r.join("n/p.json").exists());
+        let _ = fs::remove_dir_all(&r);
+        fs::remove_dir_all(&elsewhere).unwrap();
+    }
+
+    #[test]
     fn a_corrupt_scope_is_an_error_not_an_empty_pool() {
         let r = root("corrupt");
         let store = DiskStore::new(&r);
         let scope = Scope {
             network: "n".into(),
             plugin: "p".into(),
+            data_dir: None,
         };
         fs::create_dir_all(r.join("n")).unwrap();
         fs::write(r.join("n/p.json"), b"{\"entries\":").unwrap();

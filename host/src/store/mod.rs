@@ -59,6 +59,10 @@ pub struct ScopeData {
 pub struct Scope {
     pub network: String,
     pub plugin: String,
+    /// Where the config asks this plugin's state to live (`dataDir`), in
+    /// place of the store's own root. The config is trusted; the plugin
+    /// cannot choose it.
+    pub data_dir: Option<std::path::PathBuf>,
 }
 
 /// An open, locked transaction on one scope. Dropping it without `commit`
@@ -104,6 +108,7 @@ pub(crate) mod contract {
         let scope = Scope {
             network: "net1".into(),
             plugin: "host-local".into(),
+            data_dir: None,
         };
         // Uncommitted changes vanish.
         {
@@ -131,6 +136,7 @@ pub(crate) mod contract {
         let other = Scope {
             network: "net1".into(),
             plugin: "tuning".into(),
+            data_dir: None,
         };
         assert!(store.begin(&other).unwrap().data().entries.is_empty());
         assert_eq!(store.networks().unwrap(), vec!["net1".to_string()]);
