@@ -197,6 +197,8 @@ pub fn run_in(netns: Option<&str>, env: &[(&str, &str)], stdin: &[u8]) -> Output
     };
     cmd.env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
+        // Let a developer see the host's logs of a failing test.
+        .env("WASM_CNI_LOG", std::env::var("WASM_CNI_LOG").unwrap_or_default())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -225,7 +227,7 @@ pub fn run_in(netns: Option<&str>, env: &[(&str, &str)], stdin: &[u8]) -> Output
 pub struct Invocation<'a> {
     pub command: &'a str,
     pub container_id: &'a str,
-    pub netns: &'a str,
+    pub netns: String,
     pub ifname: &'a str,
     pub args: &'a str,
     pub extra: Vec<(&'a str, &'a str)>,
@@ -236,7 +238,7 @@ impl<'a> Invocation<'a> {
         Invocation {
             command,
             container_id: "ctr1",
-            netns: "/run/netns/none",
+            netns: "/run/netns/none".into(),
             ifname: "eth0",
             args: "",
             extra: Vec::new(),
@@ -246,8 +248,8 @@ impl<'a> Invocation<'a> {
         self.container_id = id;
         self
     }
-    pub fn netns(mut self, ns: &'a str) -> Self {
-        self.netns = ns;
+    pub fn netns(mut self, ns: impl Into<String>) -> Self {
+        self.netns = ns.into();
         self
     }
     pub fn ifname(mut self, ifname: &'a str) -> Self {
@@ -265,7 +267,7 @@ impl<'a> Invocation<'a> {
         let mut env = vec![
             ("CNI_COMMAND", self.command),
             ("CNI_CONTAINERID", self.container_id),
-            ("CNI_NETNS", self.netns),
+            ("CNI_NETNS", self.netns.as_str()),
             ("CNI_IFNAME", self.ifname),
             ("CNI_ARGS", self.args),
             ("CNI_PATH", "/usr/lib/cni"),
@@ -288,4 +290,131 @@ pub fn plugin_logs(stderr: &str) -> Vec<(String, String)> {
             Some((plugin.to_string(), msg.to_string()))
         })
         .collect()
+}
+
+/// True when running as root; kernel tests need it. Prints why a test is
+/// skipped otherwise (CI runs as root, so nothing is skipped there).
+pub fn is_root(test: &str) -> bool {
+    let out = Command::new("id").arg("-u").output().expect("id -u");
+    let root = String::from_utf8_lossy(&out.stdout).trim() == "0";
+    if !root {
+        eprintln!("SKIP {test}: needs root for network namespaces");
+    }
+    root
+}
+
+/// Run a command, panicking with its output if it fails.
+pub fn sh(args: &[&str]) -> String {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A network namespace made for one test, deleted on drop (also when the
+/// test fails), with everything in it.
+pub struct Netns {
+    pub name: String,
+}
+
+impl Netns {
+    pub fn new(tag: &str) -> Self {
+        // Names stay short: they also prefix interface names in some tests.
+        let name = unique(&format!("wc{tag}"));
+        sh(&["ip", "netns", "add", &name]);
+        let ns = Netns { name };
+        ns.exec(&["ip", "link", "set", "lo", "up"]);
+        ns
+    }
+
+    pub fn path(&self) -> String {
+        format!("/run/netns/{}", self.name)
+    }
+
+    /// Run a command inside the namespace.
+    pub fn exec(&self, args: &[&str]) -> String {
+        let mut full = vec!["ip", "netns", "exec", &self.name];
+        full.extend_from_slice(args);
+        sh(&full)
+    }
+
+    /// Like `exec` but returns success instead of panicking.
+    pub fn try_exec(&self, args: &[&str]) -> bool {
+        Command::new("ip")
+            .args(["netns", "exec", &self.name])
+            .args(args)
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false)
+    }
+
+    /// Links, addresses, routes (all tables) and the sysctls that plugins
+    /// touch, as comparable text: equal snapshots mean nothing changed.
+    pub fn snapshot(&self) -> String {
+        let mut out = String::new();
+        out += &self.exec(&["ip", "-d", "-o", "link", "show"]);
+        out += &self.exec(&["ip", "-o", "addr", "show"]);
+        out += &self.exec(&["ip", "route", "show", "table", "all"]);
+        out += &self.exec(&["ip", "-6", "route", "show", "table", "all"]);
+        for key in [
+            "net.ipv4.ip_forward",
+            "net.ipv4.conf.all.forwarding",
+            "net.ipv4.conf.lo.arp_notify",
+        ] {
+            out += &format!("{key}={}", self.exec(&["sysctl", "-n", key]));
+        }
+        out
+    }
+
+    /// `ip -j link show DEV` as JSON, or None if the link does not exist.
+    pub fn link(&self, dev: &str) -> Option<Value> {
+        let out = Command::new("ip")
+            .args([
+                "netns", "exec", &self.name, "ip", "-j", "-d", "link", "show", "dev", dev,
+            ])
+            .output()
+            .ok()?;
+        if !out.status.success() {
+            return None;
+        }
+        let v: Value = serde_json::from_slice(&out.stdout).ok()?;
+        v.as_array()?.first().cloned()
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}
+
+/// A node namespace and a container namespace, for running `wasm-cni` the
+/// way a runtime would: inside the node, pointing at the container.
+pub struct Pod {
+    pub node: Netns,
+    pub ctr: Netns,
+}
+
+impl Pod {
+    pub fn new(tag: &str) -> Self {
+        Pod {
+            node: Netns::new(&format!("{tag}n")),
+            ctr: Netns::new(&format!("{tag}c")),
+        }
+    }
+
+    /// Run a verb of `wasm-cni` inside the node namespace for the container.
+    pub fn run(&self, inv: Invocation<'_>, conf: &Value) -> Output {
+        inv.netns(self.ctr.path())
+            .run_in(Some(&self.node.name), conf)
+    }
 }

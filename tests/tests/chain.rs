@@ -21,7 +21,9 @@ fn add_passes_prev_result_in_order_and_del_runs_in_reverse() {
         "ordern",
         json!([{"type":"fx","tag":"a","ip":"10.9.0.2/24"},{"type":"fx","tag":"b"},{"type":"fx","tag":"c"}]),
     );
-    let add = Invocation::new("ADD").env("WASM_CNI_LOG", "info").run(&conf);
+    let add = Invocation::new("ADD")
+        .env("WASM_CNI_LOG", "info")
+        .run(&conf);
     add.assert_ok();
     let r = add.json();
     let names: Vec<_> = r["interfaces"]
@@ -35,11 +37,15 @@ fn add_passes_prev_result_in_order_and_del_runs_in_reverse() {
     assert_eq!(r["ips"][0]["address"], "10.9.0.2/24");
     assert_eq!(calls(&add.stderr), ["a add", "b add", "c add"]);
 
-    let check = Invocation::new("CHECK").env("WASM_CNI_LOG", "info").run(&conf);
+    let check = Invocation::new("CHECK")
+        .env("WASM_CNI_LOG", "info")
+        .run(&conf);
     check.assert_ok();
     assert_eq!(calls(&check.stderr), ["a check", "b check", "c check"]);
 
-    let del = Invocation::new("DEL").env("WASM_CNI_LOG", "info").run(&conf);
+    let del = Invocation::new("DEL")
+        .env("WASM_CNI_LOG", "info")
+        .run(&conf);
     del.assert_ok();
     assert_eq!(del.stdout, "");
     assert_eq!(calls(&del.stderr), ["c del", "b del", "a del"]);
@@ -71,7 +77,9 @@ fn del_continues_past_a_failing_plugin_and_reports_it() {
         json!([{"type":"fx","tag":"a"},{"type":"fx","tag":"b","del":"fail","failCode":11},{"type":"fx","tag":"c","del":"trap"}]),
     );
     Invocation::new("ADD").run(&conf).assert_ok();
-    let del = Invocation::new("DEL").env("WASM_CNI_LOG", "info").run(&conf);
+    let del = Invocation::new("DEL")
+        .env("WASM_CNI_LOG", "info")
+        .run(&conf);
     // Every plugin was asked, in reverse, despite two failures.
     assert_eq!(calls(&del.stderr), ["c del", "b del", "a del"]);
     // The first failure decides the code; both are reported.
@@ -82,7 +90,11 @@ fn del_continues_past_a_failing_plugin_and_reports_it() {
     // The record is kept so a retried DEL still has the result.
     let retry = Invocation::new("DEL")
         .env("WASM_CNI_LOG", "info")
-        .run(&sb.conf("1.1.0", "delfn", json!([{"type":"fx","tag":"a"},{"type":"fx","tag":"b"},{"type":"fx","tag":"c"}])));
+        .run(&sb.conf(
+            "1.1.0",
+            "delfn",
+            json!([{"type":"fx","tag":"a"},{"type":"fx","tag":"b"},{"type":"fx","tag":"c"}]),
+        ));
     retry.assert_ok();
 }
 
@@ -94,7 +106,9 @@ fn a_failed_add_is_rolled_back_in_reverse() {
         "rbn",
         json!([{"type":"fx","tag":"a"},{"type":"fx","tag":"b"},{"type":"fx","tag":"c","add":"fail"}]),
     );
-    let add = Invocation::new("ADD").env("WASM_CNI_LOG", "info").run(&conf);
+    let add = Invocation::new("ADD")
+        .env("WASM_CNI_LOG", "info")
+        .run(&conf);
     assert_eq!(add.error_code(), 999);
     assert_eq!(
         calls(&add.stderr),
@@ -114,7 +128,9 @@ fn status_stops_at_the_first_failure_with_its_code() {
         "stn",
         json!([{"type":"fx","tag":"a"},{"type":"fx","tag":"b","status":"fail","failCode":50},{"type":"fx","tag":"c"}]),
     );
-    let out = Invocation::new("STATUS").env("WASM_CNI_LOG", "info").run(&conf);
+    let out = Invocation::new("STATUS")
+        .env("WASM_CNI_LOG", "info")
+        .run(&conf);
     assert_eq!(out.error_code(), 50);
     assert_eq!(calls(&out.stderr), ["a status", "b status"]);
 }
@@ -128,13 +144,17 @@ fn check_stops_at_the_first_failure() {
         json!([{"type":"fx","tag":"a","check":"fail"},{"type":"fx","tag":"b"}]),
     );
     Invocation::new("ADD").run(&conf).assert_ok();
-    let out = Invocation::new("CHECK").env("WASM_CNI_LOG", "info").run(&conf);
+    let out = Invocation::new("CHECK")
+        .env("WASM_CNI_LOG", "info")
+        .run(&conf);
     assert_eq!(out.error_code(), 999);
     assert_eq!(calls(&out.stderr), ["a check"]);
     // disableCheck skips plugins entirely.
     let mut off = conf.clone();
     off["disableCheck"] = json!(true);
-    let out = Invocation::new("CHECK").env("WASM_CNI_LOG", "info").run(&off);
+    let out = Invocation::new("CHECK")
+        .env("WASM_CNI_LOG", "info")
+        .run(&off);
     out.assert_ok();
     assert!(calls(&out.stderr).is_empty());
 }
@@ -188,4 +208,42 @@ fn a_late_del_for_an_old_container_does_not_touch_the_new_one() {
     Invocation::new("DEL").id("old").run(&conf).assert_ok();
     let rec = sb.state_dir().join("networks/laten/new:eth0.json");
     assert!(rec.is_file(), "the newer container's record must survive");
+}
+
+#[test]
+fn ipam_is_an_in_process_call_released_by_the_host_if_the_plugin_cannot() {
+    let sb = sandbox("ipamrb");
+    sb.install(&fixture("fx-net"), "fx-net");
+    // fx allocates through its IPAM delegate, then fails; its DEL traps
+    // before it can release, so the host releases the delegate itself.
+    let conf = sb.conf(
+        "1.1.0",
+        "ipamrb",
+        json!([{"type":"fx","tag":"a","callIpam":true,"ipam":{"type":"fx-net"},"add":"fail","del":"trap"}]),
+    );
+    let out = Invocation::new("ADD")
+        .env("WASM_CNI_LOG", "info")
+        .run(&conf);
+    assert_eq!(out.error_code(), 999);
+    assert_eq!(
+        plugin_logs(&out.stderr),
+        [
+            ("fx".to_string(), "a add".to_string()),
+            ("fx-net".to_string(), "fx-net add".to_string()),
+            ("fx".to_string(), "a del".to_string()),
+            ("fx-net".to_string(), "fx-net del".to_string()),
+        ]
+    );
+    // Without a failure the delegate's result flows into the plugin's.
+    let ok = sb.conf(
+        "1.1.0",
+        "ipamok",
+        json!([{"type":"fx","tag":"b","callIpam":true,"ipam":{"type":"fx-net"}}]),
+    );
+    let out = Invocation::new("ADD").env("WASM_CNI_LOG", "info").run(&ok);
+    out.assert_ok();
+    assert_eq!(calls(&out.stderr), ["b add", "fx-net add"]);
+    let del = Invocation::new("DEL").env("WASM_CNI_LOG", "info").run(&ok);
+    del.assert_ok();
+    assert_eq!(calls(&del.stderr), ["b del", "fx-net del"]);
 }

@@ -19,7 +19,10 @@ fn a_plugin_returns_a_result() {
     let out = Invocation::new("ADD").netns("/run/netns/c1").run(&conf);
     out.assert_ok();
     let r = out.json();
-    assert_eq!(r["interfaces"], json!([{"name":"solo","sandbox":"/run/netns/c1"}]));
+    assert_eq!(
+        r["interfaces"],
+        json!([{"name":"solo","sandbox":"/run/netns/c1"}])
+    );
 }
 
 fn assert_clean_abort(out: &wasm_cni_tests::Output, needle: &str) {
@@ -52,7 +55,11 @@ fn an_endless_loop_hits_the_deadline_in_time() {
     let out = Invocation::new("ADD").run(&conf);
     assert_clean_abort(&out, "deadline of 300 ms exceeded");
     // Deadline plus compile time plus slack; a missed deadline would hang.
-    assert!(out.elapsed < Duration::from_secs(5), "took {:?}", out.elapsed);
+    assert!(
+        out.elapsed < Duration::from_secs(5),
+        "took {:?}",
+        out.elapsed
+    );
 }
 
 #[test]
@@ -89,7 +96,12 @@ fn a_wasi_component_instantiates_with_no_authority() {
     let out = Invocation::new("ADD").run(&conf);
     out.assert_ok();
     // The fixture names its interface after what it managed to reach.
-    assert_eq!(out.json()["interfaces"][0]["name"], "denied", "{}", out.stdout);
+    assert_eq!(
+        out.json()["interfaces"][0]["name"],
+        "denied",
+        "{}",
+        out.stdout
+    );
 }
 
 fn cache_line(stderr: &str) -> (u64, u64) {
@@ -107,7 +119,11 @@ fn cache_line(stderr: &str) -> (u64, u64) {
 #[test]
 fn the_second_process_loads_the_artifact_instead_of_compiling() {
     let sb = fx_sandbox("cache");
-    let conf = sb.conf("1.1.0", "cachen", json!([{"type":"fx"},{"type":"fx","tag":"again"}]));
+    let conf = sb.conf(
+        "1.1.0",
+        "cachen",
+        json!([{"type":"fx"},{"type":"fx","tag":"again"}]),
+    );
     let first = Invocation::new("ADD")
         .id("c1")
         .env("WASM_CNI_LOG", "debug")
@@ -163,9 +179,14 @@ fn an_untrusted_cache_directory_is_not_used() {
 fn plugin_logs_reach_stderr_tagged_with_the_plugin() {
     let sb = fx_sandbox("logs");
     let conf = sb.conf("1.1.0", "logn", json!([{"type":"fx","tag":"hello"}]));
-    let out = Invocation::new("ADD").env("WASM_CNI_LOG", "info").run(&conf);
+    let out = Invocation::new("ADD")
+        .env("WASM_CNI_LOG", "info")
+        .run(&conf);
     out.assert_ok();
-    assert_eq!(plugin_logs(&out.stderr), vec![("fx".to_string(), "hello add".to_string())]);
+    assert_eq!(
+        plugin_logs(&out.stderr),
+        vec![("fx".to_string(), "hello add".to_string())]
+    );
     // At the default level, info is quiet.
     let out = Invocation::new("ADD").id("q").run(&conf);
     assert!(plugin_logs(&out.stderr).is_empty(), "{}", out.stderr);

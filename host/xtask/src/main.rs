@@ -37,9 +37,16 @@ enum Task {
         /// Also list each component's imports.
         #[arg(long, short)]
         verbose: bool,
+        /// Build only these guests (crate names); repeatable.
+        #[arg(long, value_name = "NAME")]
+        only: Vec<String>,
     },
     /// Install the Debian packages guest builds need (idempotent).
     Setup,
+    /// Build everything, then ADD, CHECK and DEL two containers on the
+    /// bundled network (host/examples/podnet.conflist) in throwaway
+    /// namespaces, printing each result and pinging between them.
+    Demo,
     /// Everything CI runs: setup, format and lint checks, the build, the
     /// components, and every test (unit, component, real-namespace).
     Test,
@@ -88,11 +95,12 @@ fn workspace_root() -> Result<&'static Path> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.task {
-        Task::Plugins { out, verbose } => {
-            workspace_root().and_then(|root| plugins::run(root, out, verbose))
+        Task::Plugins { out, verbose, only } => {
+            workspace_root().and_then(|root| plugins::run(root, out, verbose, &only))
         }
         Task::Setup => setup::run(&[]),
         Task::Test => workspace_root().and_then(tasks::test),
+        Task::Demo => workspace_root().and_then(tasks::demo),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

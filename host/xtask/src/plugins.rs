@@ -39,11 +39,18 @@ struct Guest {
     output: PathBuf,
 }
 
-pub fn run(root: &Path, out: Option<PathBuf>, verbose: bool) -> Result<()> {
+/// Build the guests named in `only` (every guest when empty).
+pub fn run(root: &Path, out: Option<PathBuf>, verbose: bool, only: &[String]) -> Result<()> {
     let started = Instant::now();
     let target_dir = root.join("target-guest");
     let out = out.unwrap_or_else(|| target_dir.join("components"));
-    let guests = discover(root)?;
+    let mut guests = discover(root)?;
+    if !only.is_empty() {
+        if let Some(unknown) = only.iter().find(|n| !guests.iter().any(|g| &g.name == *n)) {
+            return Err(fail!("no guest crate named {unknown:?}"));
+        }
+        guests.retain(|g| only.contains(&g.name));
+    }
     if guests.is_empty() {
         eprintln!(
             "xtask: no guest crates under {}",

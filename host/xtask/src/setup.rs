@@ -8,7 +8,7 @@ use crate::toolchain::{RUST_PACKAGES, WASI_LIBC_PACKAGE};
 use crate::{fail, Context, Result};
 
 /// What the integration tests and the demo run besides the build.
-pub const TEST_PACKAGES: &[&str] = &["iproute2", "containernetworking-plugins"];
+pub const TEST_PACKAGES: &[&str] = &["iproute2", "iputils-ping", "containernetworking-plugins"];
 
 pub fn run(extra: &[&str]) -> Result<()> {
     let wanted: Vec<&str> = RUST_PACKAGES

@@ -1,0 +1,199 @@
+//! The host's policy, probed from inside the sandbox with the scripted
+//! `fx-net` plugin in real namespaces: what is refused changes nothing.
+
+use serde_json::{json, Value};
+use wasm_cni_tests::{fixture, is_root, Invocation, Pod, Sandbox};
+
+fn setup(tag: &str) -> (Sandbox, Pod) {
+    let sb = Sandbox::new(tag);
+    sb.install(&fixture("fx-net"), "fx-net");
+    (sb, Pod::new(tag))
+}
+
+/// Outcomes per op, from the `<index>:<outcome>` interface names.
+fn outcomes(out: &wasm_cni_tests::Output) -> Vec<String> {
+    out.assert_ok();
+    out.json()["interfaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            i["name"]
+                .as_str()
+                .unwrap()
+                .split_once(':')
+                .unwrap()
+                .1
+                .to_string()
+        })
+        .collect()
+}
+
+fn conf(sb: &Sandbox, extra: Value) -> Value {
+    let mut entry = json!({"type": "fx-net"});
+    for (k, v) in extra.as_object().unwrap() {
+        entry[k] = v.clone();
+    }
+    sb.conf("1.1.0", "polnet", json!([entry]))
+}
+
+#[test]
+fn foreign_links_are_refused_and_nothing_changes() {
+    if !is_root("foreign_links_are_refused_and_nothing_changes") {
+        return;
+    }
+    let (sb, pod) = setup("pol");
+    // Links that belong to someone else: a node veth pair, and a container
+    // interface of another attachment.
+    pod.node.exec(&[
+        "ip", "link", "add", "other0", "type", "veth", "peer", "other1",
+    ]);
+    pod.ctr
+        .exec(&["ip", "link", "add", "eth1", "type", "veth", "peer", "eth2"]);
+    let before = (pod.node.snapshot(), pod.ctr.snapshot());
+    let ops = json!([
+        {"op":"delete","ns":"node","name":"lo"},
+        {"op":"mtu","ns":"node","name":"other0","mtu":1400},
+        {"op":"delete","ns":"node","name":"other0"},
+        {"op":"add-address","ns":"node","link":"other0","cidr":"10.99.0.1/24"},
+        {"op":"delete","name":"eth1"},
+        {"op":"up","name":"eth2"},
+        {"op":"create-veth","name":"eth1x","peer":"vethp","peer-ns":"node"},
+        {"op":"add-route","dst":"10.98.0.0/24","dev":"eth1"},
+        {"op":"add-route","dst":"10.98.0.0/24"},
+        {"op":"set-sysctl","key":"kernel.hostname","value":"pwned"},
+        {"op":"set-sysctl","ns":"node","key":"net.ipv4.conf.all.rp_filter","value":"0"},
+        {"op":"set-sysctl","ns":"node","key":"net.core.somaxconn","value":"1"},
+        {"op":"set-sysctl","key":"net.ipv4.conf.eth1.arp_notify","value":"1"},
+        {"op":"macvlan","ns":"node","master":"other0","name":"eth0"},
+        {"op":"ensure-bridge","ns":"node","name":"br-evil"},
+        {"op":"master","ns":"node","name":"other0","master":"br-evil"}
+    ]);
+    let out = pod.run(Invocation::new("ADD"), &conf(&sb, json!({"ops": ops})));
+    let got = outcomes(&out);
+    assert!(
+        got.iter().all(|o| o == "refused"),
+        "{got:?}\n{}",
+        out.stderr
+    );
+    // Each refusal is logged with the plugin's name.
+    assert!(
+        out.stderr.contains("plugin fx-net: refused"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(before, (pod.node.snapshot(), pod.ctr.snapshot()));
+}
+
+#[test]
+fn what_belongs_to_the_attachment_is_allowed() {
+    if !is_root("what_belongs_to_the_attachment_is_allowed") {
+        return;
+    }
+    let (sb, pod) = setup("own");
+    pod.node
+        .exec(&["ip", "link", "add", "br-cfg", "type", "bridge"]);
+    let ops = json!([
+        {"op":"create-veth","name":"eth0","peer":"vethown01","peer-ns":"node"},
+        {"op":"up","name":"eth0"},
+        {"op":"add-address","link":"eth0","cidr":"10.97.0.2/24"},
+        {"op":"add-route","dst":"10.96.0.0/24","dev":"eth0","gw":"10.97.0.1"},
+        {"op":"set-sysctl","key":"net.ipv4.conf.eth0.arp_notify","value":"1"},
+        {"op":"set-sysctl","key":"net.core.somaxconn","value":"1000"},
+        {"op":"ensure-bridge","ns":"node","name":"br-cfg"},
+        {"op":"master","ns":"node","name":"vethown01","master":"br-cfg"},
+        {"op":"up","ns":"node","name":"vethown01"},
+        {"op":"set-sysctl","ns":"node","key":"net.ipv4.ip_forward","value":"1"},
+        {"op":"get-sysctl","ns":"node","key":"net.core.somaxconn"},
+        {"op":"list-links","ns":"node"}
+    ]);
+    let c = conf(
+        &sb,
+        json!({"bridge": "br-cfg", "ops": ops,
+               "delOps": [{"op":"delete","ns":"node","name":"vethown01"}]}),
+    );
+    let out = pod.run(Invocation::new("ADD"), &c);
+    let got = outcomes(&out);
+    assert!(got.iter().all(|o| o == "ok"), "{got:?}\n{}", out.stderr);
+    let veth = pod.node.link("vethown01").expect("node side exists");
+    assert_eq!(veth["master"], "br-cfg");
+    assert_eq!(
+        pod.ctr.exec(&["sysctl", "-n", "net.core.somaxconn"]).trim(),
+        "1000"
+    );
+    assert_eq!(
+        pod.node
+            .exec(&["sysctl", "-n", "net.ipv4.ip_forward"])
+            .trim(),
+        "1"
+    );
+    // DEL may delete the node link the attachment created (the host
+    // recorded it); its veth peer in the container goes with it.
+    pod.run(Invocation::new("DEL"), &c).assert_ok();
+    assert!(pod.node.link("vethown01").is_none());
+    assert!(pod.ctr.link("eth0").is_none());
+}
+
+#[test]
+fn a_late_del_cannot_delete_links_of_the_current_attachment() {
+    if !is_root("a_late_del_cannot_delete_links_of_the_current_attachment") {
+        return;
+    }
+    let (sb, pod) = setup("late");
+    let c = conf(
+        &sb,
+        json!({"ops": [{"op":"create-veth","name":"eth0","peer":"vethlate1","peer-ns":"node"}],
+               "delOps": [{"op":"delete","ns":"node","name":"vethlate1"}]}),
+    );
+    pod.run(Invocation::new("ADD").id("newer"), &c).assert_ok();
+    // A DEL for another container id has no record, so the node link is
+    // not its to delete.
+    let late = pod.run(Invocation::new("DEL").id("older"), &c);
+    assert_eq!(late.error_code(), 999, "{late:?}");
+    assert!(late.error_msg().contains("may not delete"), "{}", late.error_msg());
+    assert!(pod.node.link("vethlate1").is_some());
+    pod.run(Invocation::new("DEL").id("newer"), &c).assert_ok();
+    assert!(pod.node.link("vethlate1").is_none());
+}
+
+#[test]
+fn the_node_namespace_cannot_pose_as_the_container() {
+    if !is_root("the_node_namespace_cannot_pose_as_the_container") {
+        return;
+    }
+    let (sb, pod) = setup("self");
+    let c = conf(&sb, json!({"ops": [{"op":"list-links"}]}));
+    let out = Invocation::new("ADD")
+        .netns(pod.node.path())
+        .run_in(Some(&pod.node.name), &c);
+    assert_eq!(outcomes(&out), ["refused"]);
+    // A namespace that does not exist is "not found", which DEL tolerates.
+    let out = Invocation::new("ADD")
+        .netns("/run/netns/does-not-exist-wcni")
+        .run_in(Some(&pod.node.name), &c);
+    assert_eq!(outcomes(&out), ["not-found"]);
+}
+
+#[test]
+fn ipam_plugins_get_no_network_access() {
+    // fx delegates IPAM to fx-net, which then tries the kernel: as a
+    // delegate it has no network capability at all.
+    let sb = Sandbox::new("ipamnonet");
+    sb.install(&fixture("fx-net"), "fx-net");
+    sb.install(&fixture("fx"), "fx");
+    let c = sb.conf(
+        "1.1.0",
+        "ipamnet",
+        json!([{"type":"fx","tag":"main","callIpam":true,"ipam":{"type":"fx-net"},
+                "ops":[{"op":"list-links","ns":"node"},{"op":"delete","ns":"node","name":"lo"}]}]),
+    );
+    let out = Invocation::new("ADD").run(&c);
+    out.assert_ok();
+    let names: Vec<_> = out.json()["interfaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["0:refused", "1:refused", "main"]);
+}
