@@ -1,0 +1,478 @@
+//! The bridge verbs, generic over the host.
+
+use wasm_cni_sdk::check::{self, mac_matches};
+use wasm_cni_sdk::config::{self, NetConf};
+use wasm_cni_sdk::host::Level;
+use wasm_cni_sdk::iface::{self, configure_iface, try_sysctl};
+use wasm_cni_sdk::ip::{Family, IpNet};
+use wasm_cni_sdk::net::{iface_sysctl, Link, LinkSettings, NetError, Ops};
+use wasm_cni_sdk::veth::setup_veth;
+use wasm_cni_sdk::{Attachment, CniError, CniResult, Host, Interface, Plugin, Request, Route};
+
+use crate::conf::{self, Conf};
+
+/// Index of the container interface in the bridge result.
+const CONTAINER_INDEX: u32 = 2;
+
+pub struct Bridge;
+
+impl Plugin for Bridge {
+    fn add<H: Host>(host: &H, req: &Request) -> Result<CniResult, CniError> {
+        let conf = conf::load(&req.config, &req.args)?;
+        conf.reject_unsupported()?;
+        let node = host
+            .node_netns()
+            .map_err(|e| e.into_cni("failed to open the node network namespace"))?;
+        let bridge = setup_bridge(&node, &conf)?;
+        let cont = host.container_netns().map_err(|e| {
+            e.into_cni(format_args!(
+                "failed to open netns {:?}",
+                req.netns.as_deref().unwrap_or("")
+            ))
+        })?;
+        let pair = setup_veth(
+            &node,
+            &cont,
+            &conf.net.name,
+            &req.container_id,
+            &req.ifname,
+            conf.mtu,
+            conf.mac.as_deref(),
+        )?;
+        let (host_veth, cont_veth) = (pair.host, pair.container);
+        // Deleting the container end also deletes the host end.
+        let added = configure(
+            host, &node, &cont, &conf, req, &bridge, &host_veth, &cont_veth,
+        );
+        if added.is_err() {
+            if let Err(e) = cont.delete_link_if_exists(&req.ifname) {
+                host.log(
+                    Level::Warn,
+                    &format!("rollback: deleting {}: {e}", req.ifname),
+                );
+            }
+        }
+        added
+    }
+
+    fn del<H: Host>(host: &H, req: &Request) -> Result<(), CniError> {
+        // Lenient: DEL only needs `ipam.type`, and must clean up after an
+        // ADD whatever its config was.
+        let net: NetConf = config::from_str(&req.config)?;
+        match host.container_netns() {
+            Ok(cont) => {
+                cont.delete_link_if_exists(&req.ifname)
+                    .map_err(|e| e.into_cni(format_args!("failed to delete {:?}", req.ifname)))?;
+            }
+            // No netns, or it is gone: release the IP only.
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e.into_cni("failed to open the container network namespace")),
+        }
+        if net.has_ipam() {
+            host.ipam_del()?;
+        }
+        Ok(())
+    }
+
+    fn check<H: Host>(host: &H, req: &Request) -> Result<(), CniError> {
+        let conf = conf::load(&req.config, &req.args)?;
+        let cont = host.container_netns().map_err(|e| {
+            e.into_cni(format_args!(
+                "failed to open netns {:?}",
+                req.netns.as_deref().unwrap_or("")
+            ))
+        })?;
+        if conf.net.has_ipam() {
+            host.ipam_check()?;
+        }
+        let prev = check::require_prev_result(req.prev_result.as_ref())?;
+        let node = host
+            .node_netns()
+            .map_err(|e| e.into_cni("failed to open the node network namespace"))?;
+        check_links(&node, &cont, &conf, req, prev)?;
+        check::validate_interface_ips(&cont, &req.ifname, prev)?;
+        check::validate_routes(&cont, &prev.routes)
+    }
+
+    fn status<H: Host>(host: &H, config: &str) -> Result<(), CniError> {
+        let net: NetConf = config::from_str(config)?;
+        if net.has_ipam() {
+            host.ipam_status()?;
+        }
+        Ok(())
+    }
+
+    fn gc<H: Host>(host: &H, config: &str, _valid: &[Attachment]) -> Result<(), CniError> {
+        let net: NetConf = config::from_str(config)?;
+        if net.has_ipam() {
+            host.ipam_gc()?;
+        }
+        Ok(())
+    }
+}
+
+/// Creates or reuses the bridge, applies promisc, `accept_ra=0`, up.
+fn setup_bridge<N: Ops>(node: &N, conf: &Conf) -> Result<Link, CniError> {
+    let name = conf.bridge.as_str();
+    let br = match node.ensure_bridge(name, conf.mtu) {
+        Ok(br) if br.kind == "bridge" => br,
+        Ok(_) | Err(NetError::Exists(_)) => {
+            return Err(CniError::internal(format!(
+                "failed to create bridge {name:?}: {name:?} already exists but is not a bridge"
+            )))
+        }
+        Err(e) => {
+            return Err(e.into_cni(format_args!(
+                "failed to create bridge {name:?}: could not add {name:?}"
+            )))
+        }
+    };
+    if conf.promisc && !br.promisc {
+        node.set_link(
+            name,
+            &LinkSettings {
+                promisc: Some(true),
+                ..LinkSettings::default()
+            },
+        )
+        .map_err(|e| e.into_cni(format_args!("could not set promiscuous mode on {name:?}")))?;
+    }
+    let _ = try_sysctl(node, &iface_sysctl("ipv6", name, "accept_ra"), "0");
+    node.set_up(name)
+        .map_err(|e| e.into_cni(format_args!("failed to set {name:?} up")))
+}
+
+/// Everything after the veth exists; the caller deletes the veth on error.
+#[allow(clippy::too_many_arguments)]
+fn configure<H: Host>(
+    host: &H,
+    node: &H::Ns,
+    cont: &H::Ns,
+    conf: &Conf,
+    req: &Request,
+    bridge: &Link,
+    host_veth: &Link,
+    cont_veth: &Link,
+) -> Result<CniResult, CniError> {
+    let hv = host_veth.name.as_str();
+    node.set_link(
+        hv,
+        &LinkSettings {
+            master: Some(conf.bridge.clone()),
+            ..LinkSettings::default()
+        },
+    )
+    .map_err(|e| {
+        e.into_cni(format_args!(
+            "failed to connect {hv:?} to bridge {}",
+            conf.bridge
+        ))
+    })?;
+    if conf.hairpin {
+        node.set_link(
+            hv,
+            &LinkSettings {
+                hairpin: Some(true),
+                ..LinkSettings::default()
+            },
+        )
+        .map_err(|e| e.into_cni(format_args!("failed to setup hairpin mode for {hv}")))?;
+    }
+
+    let mut result = CniResult {
+        interfaces: vec![
+            Interface {
+                name: bridge.name.clone(),
+                mac: Some(bridge.mac.clone()),
+                ..Interface::default()
+            },
+            Interface {
+                name: hv.to_string(),
+                mac: Some(host_veth.mac.clone()),
+                ..Interface::default()
+            },
+            Interface {
+                name: req.ifname.clone(),
+                mac: Some(cont_veth.mac.clone()),
+                sandbox: req.netns.clone(),
+                ..Interface::default()
+            },
+        ],
+        ..CniResult::default()
+    };
+
+    if conf.net.has_ipam() {
+        let allocated = host.ipam_add()?;
+        if let Err(e) = configure_l3(node, cont, conf, req, &bridge.mac, allocated, &mut result) {
+            if let Err(del) = host.ipam_del() {
+                host.log(Level::Warn, &format!("rollback: IPAM DEL: {del}"));
+            }
+            return Err(e);
+        }
+    } else if !conf.disable_container_interface {
+        cont.set_up(&req.ifname)
+            .map_err(|e| e.into_cni(format_args!("failed to set {:?} up", req.ifname)))?;
+    }
+
+    // Re-read the MACs: enslaving and addressing may change them.
+    if let Ok(l) = node.link_by_name(hv) {
+        result.interfaces[1].mac = Some(l.mac);
+    }
+    if let Ok(l) = node.link_by_name(&conf.bridge) {
+        result.interfaces[0].mac = Some(l.mac);
+    }
+    if let Some(dns) = conf.net.dns_if_set() {
+        result.dns = Some(dns);
+    }
+    Ok(result)
+}
+
+/// IPAM result → gateways, container addresses and routes, bridge address,
+/// forwarding.
+fn configure_l3<N: Ops>(
+    node: &N,
+    cont: &N,
+    conf: &Conf,
+    req: &Request,
+    bridge_mac: &str,
+    allocated: CniResult,
+    result: &mut CniResult,
+) -> Result<(), CniError> {
+    iface::require_ips(&allocated)?;
+    result.ips = allocated.ips;
+    result.routes = allocated.routes;
+    result.dns = allocated.dns;
+    let gateways = calc_gateways(result, conf)?;
+
+    let ifname = req.ifname.as_str();
+    if conf.enable_dad {
+        let _ = try_sysctl(cont, &iface_sysctl("ipv6", ifname, "enhanced_dad"), "1");
+        let _ = try_sysctl(cont, &iface_sysctl("ipv6", ifname, "accept_dad"), "1");
+    } else {
+        let _ = try_sysctl(cont, &iface_sysctl("ipv6", ifname, "accept_dad"), "0");
+    }
+    let _ = try_sysctl(cont, &iface_sysctl("ipv4", ifname, "arp_notify"), "1");
+    configure_iface(cont, ifname, result)?;
+
+    if conf.is_gw {
+        let mut families = Vec::new();
+        for gw in &gateways {
+            ensure_addr(node, &conf.bridge, bridge_mac, gw, conf.force_address)
+                .map_err(|e| e.context("failed to set bridge addr"))?;
+            if !families.contains(&gw.family()) {
+                families.push(gw.family());
+            }
+        }
+        iface::enable_forwarding(node, &families)?;
+    }
+    Ok(())
+}
+
+/// The reference `calcGateways`: sets `interface`, defaults each gateway to
+/// network+1 when `isGateway`, appends a default route per family when
+/// `isDefaultGateway` and none with a gateway exists. Returns the bridge
+/// addresses (gateway with the ip's prefix) when `isGateway`.
+fn calc_gateways(result: &mut CniResult, conf: &Conf) -> Result<Vec<IpNet>, CniError> {
+    let mut gateways = Vec::new();
+    let mut default_found: Vec<Family> = Vec::new();
+    for i in 0..result.ips.len() {
+        let addr = iface::parse_address(&result.ips[i])?;
+        let family = addr.family();
+        result.ips[i].interface = Some(CONTAINER_INDEX);
+        if result.ips[i].gateway.is_none() && conf.is_gw {
+            result.ips[i].gateway = Some(addr.gateway().to_string());
+        }
+        let gateway = iface::parse_gateway(&result.ips[i])?;
+
+        if conf.is_default_gw && !default_found.contains(&family) {
+            let default = family.default_route();
+            let exists = result.routes.iter().any(|r| {
+                r.gw.is_some() && r.dst.parse::<IpNet>().is_ok_and(|d| d.network() == default)
+            });
+            if !exists {
+                result.routes.push(Route {
+                    dst: default.to_string(),
+                    gw: gateway.map(|g| g.to_string()),
+                    ..Route::default()
+                });
+            }
+            default_found.push(family);
+        }
+
+        if conf.is_gw {
+            if let Some(gw) = gateway.and_then(|g| addr.with_addr(g)) {
+                gateways.push(gw);
+            }
+        }
+    }
+    Ok(gateways)
+}
+
+/// The reference `ensureAddr`: put `gw` on the bridge; an existing
+/// different IPv4 address (or an overlapping IPv6 one) is an error unless
+/// `forceAddress`, which replaces it. Then pin the bridge MAC to `mac`, the
+/// one it had before any port was added: a bridge whose MAC was never set
+/// follows its lowest port MAC.
+fn ensure_addr<N: Ops>(
+    node: &N,
+    bridge: &str,
+    mac: &str,
+    gw: &IpNet,
+    force: bool,
+) -> Result<(), CniError> {
+    let existing = node
+        .list_addresses(bridge)
+        .map_err(|e| e.into_cni("could not get list of IP addresses"))?;
+    for text in existing {
+        let Ok(a) = text.parse::<IpNet>() else {
+            continue;
+        };
+        if a.family() != gw.family() {
+            continue;
+        }
+        if a == *gw {
+            return Ok(());
+        }
+        if gw.family() == Family::V4 || a.contains(&gw.addr()) || gw.contains(&a.addr()) {
+            if force {
+                node.del_address(bridge, &text).map_err(|e| {
+                    e.into_cni(format_args!("could not remove IP address from {bridge:?}"))
+                })?;
+            } else {
+                return Err(CniError::internal(format!(
+                    "{bridge:?} already has an IP address different from {gw}"
+                )));
+            }
+        }
+    }
+    match node.add_address(bridge, &gw.to_string()) {
+        Ok(()) | Err(NetError::Exists(_)) => {}
+        Err(e) => {
+            return Err(e.into_cni(format_args!("could not add IP address {gw} to {bridge:?}")))
+        }
+    }
+    node.set_link(
+        bridge,
+        &LinkSettings {
+            mac: Some(mac.to_string()),
+            ..LinkSettings::default()
+        },
+    )
+    .map_err(|e| e.into_cni("could not set bridge's mac"))?;
+    Ok(())
+}
+
+/// The link part of the reference CHECK: the bridge, the container veth and
+/// the host veth between them.
+fn check_links<N: Ops>(
+    node: &N,
+    cont: &N,
+    conf: &Conf,
+    req: &Request,
+    prev: &CniResult,
+) -> Result<(), CniError> {
+    let br_name = conf.bridge.as_str();
+    let br_map = prev
+        .interfaces
+        .iter()
+        .find(|i| i.name == br_name)
+        .ok_or_else(|| {
+            CniError::internal(format!(
+                "CNI created bridge {br_name} in host namespace was not found"
+            ))
+        })?;
+    if br_map.sandbox.as_deref().is_some_and(|s| !s.is_empty()) {
+        return Err(CniError::internal(format!(
+            "Interface {br_name} should not be in sandbox"
+        )));
+    }
+    let br = node
+        .link_by_name(br_name)
+        .map_err(|_| CniError::internal(format!("Interface name {br_name} not found")))?;
+    if br.kind != "bridge" {
+        return Err(CniError::internal(format!(
+            "Interface {br_name} does not have link type of bridge"
+        )));
+    }
+    if !mac_matches(br_map.mac.as_deref(), &br) {
+        return Err(CniError::internal(format!(
+            "Bridge interface {br_name} Mac doesn't match: {}",
+            br_map.mac.as_deref().unwrap_or("")
+        )));
+    }
+    if br.promisc != conf.promisc {
+        return Err(CniError::internal(format!(
+            "Bridge interface {br_name} configured Promisc Mode {} doesn't match current state: {}",
+            conf.promisc, br.promisc
+        )));
+    }
+
+    let netns = req.netns.as_deref();
+    let cont_map = check::container_interface(prev, &req.ifname, netns).ok_or_else(|| {
+        CniError::internal(format!(
+            "Sandbox in prevResult doesn't match configured netns: {}",
+            netns.unwrap_or("")
+        ))
+    })?;
+    let cl = cont
+        .link_by_name(&req.ifname)
+        .map_err(|_| CniError::internal(format!("Interface name {} not found", req.ifname)))?;
+    if cl.kind != "veth" {
+        return Err(CniError::internal(format!(
+            "Error: Container interface {} not of type veth",
+            cl.name
+        )));
+    }
+    let Some(cont_peer) = cl.peer_index else {
+        return Err(CniError::internal(format!(
+            "Unable to obtain veth peer index for veth {}",
+            cl.name
+        )));
+    };
+    if !mac_matches(cont_map.mac.as_deref(), &cl) {
+        return Err(CniError::internal(format!(
+            "Interface {} Mac {} doesn't match container Mac: {}",
+            cl.name,
+            cont_map.mac.as_deref().unwrap_or(""),
+            cl.mac
+        )));
+    }
+
+    let mut veth_found = false;
+    for intf in &prev.interfaces {
+        if intf.name == br_name || intf.name == cont_map.name {
+            continue;
+        }
+        if intf.sandbox.as_deref().is_some_and(|s| !s.is_empty()) {
+            return Err(CniError::internal(format!(
+                "Interface {} should not be in sandbox",
+                intf.name
+            )));
+        }
+        let l = node
+            .link_by_name(&intf.name)
+            .map_err(|_| CniError::internal(format!("Interface name {} not found", intf.name)))?;
+        if l.kind != "veth"
+            || l.index != cont_peer
+            || l.peer_index != Some(cl.index)
+            || l.master != Some(br.index)
+        {
+            continue;
+        }
+        if !mac_matches(intf.mac.as_deref(), &l) {
+            return Err(CniError::internal(format!(
+                "Interface {} Mac doesn't match: {} not found",
+                intf.name,
+                intf.mac.as_deref().unwrap_or("")
+            )));
+        }
+        veth_found = true;
+        break;
+    }
+    if !veth_found {
+        return Err(CniError::internal(format!(
+            "CNI veth created for bridge {br_name} was not found"
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,288 @@
+//! The ptp verbs, generic over the host.
+
+use serde::Deserialize;
+use wasm_cni_sdk::check::{self, mac_matches};
+use wasm_cni_sdk::config::{self, NetConf};
+use wasm_cni_sdk::host::Level;
+use wasm_cni_sdk::iface::{self, configure_iface};
+use wasm_cni_sdk::ip::IpNet;
+use wasm_cni_sdk::net::{scope, Ops, RouteSpec};
+use wasm_cni_sdk::veth::setup_veth;
+use wasm_cni_sdk::{Attachment, CniError, CniResult, Host, Interface, Plugin, Request};
+
+/// Index of the container interface in the ptp result.
+const CONTAINER_INDEX: u32 = 1;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Raw {
+    #[serde(default)]
+    ip_masq: Option<bool>,
+    #[serde(default)]
+    mtu: Option<i64>,
+}
+
+#[derive(Debug)]
+struct Conf {
+    net: NetConf,
+    ip_masq: bool,
+    mtu: Option<u32>,
+}
+
+fn load(text: &str) -> Result<Conf, CniError> {
+    let (net, raw): (NetConf, Raw) = config::parse(text)?;
+    let mtu = match raw.mtu.unwrap_or(0) {
+        0 => None,
+        m if (68..=65535).contains(&m) => u32::try_from(m).ok(),
+        m => {
+            return Err(CniError::invalid_config(format!(
+                "invalid MTU {m}, must be 0 (unset) or between 68 and 65535"
+            )))
+        }
+    };
+    Ok(Conf {
+        net,
+        ip_masq: raw.ip_masq.unwrap_or(false),
+        mtu,
+    })
+}
+
+pub struct Ptp;
+
+impl Plugin for Ptp {
+    fn add<H: Host>(host: &H, req: &Request) -> Result<CniResult, CniError> {
+        let conf = load(&req.config)?;
+        if conf.ip_masq {
+            return Err(CniError::unsupported_field("ipMasq", true));
+        }
+        if !conf.net.has_ipam() {
+            return Err(CniError::invalid_config(
+                "ptp requires an IPAM plugin: set ipam.type",
+            ));
+        }
+        let node = host
+            .node_netns()
+            .map_err(|e| e.into_cni("failed to open the node network namespace"))?;
+        let cont = host.container_netns().map_err(|e| {
+            e.into_cni(format_args!(
+                "failed to open netns {:?}",
+                req.netns.as_deref().unwrap_or("")
+            ))
+        })?;
+
+        let allocated = host.ipam_add()?;
+        let added = add_with_ip(&node, &cont, &conf, req, allocated);
+        if added.is_err() {
+            if let Err(e) = cont.delete_link_if_exists(&req.ifname) {
+                host.log(
+                    Level::Warn,
+                    &format!("rollback: deleting {}: {e}", req.ifname),
+                );
+            }
+            if let Err(e) = host.ipam_del() {
+                host.log(Level::Warn, &format!("rollback: IPAM DEL: {e}"));
+            }
+        }
+        added
+    }
+
+    fn del<H: Host>(host: &H, req: &Request) -> Result<(), CniError> {
+        // Lenient: DEL only needs `ipam.type`.
+        let net: NetConf = config::from_str(&req.config)?;
+        // The reference releases the IP first and returns its error.
+        if net.has_ipam() {
+            host.ipam_del()?;
+        }
+        match host.container_netns() {
+            Ok(cont) => {
+                cont.delete_link_if_exists(&req.ifname)
+                    .map_err(|e| e.into_cni(format_args!("failed to delete {:?}", req.ifname)))?;
+            }
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e.into_cni("failed to open the container network namespace")),
+        }
+        Ok(())
+    }
+
+    fn check<H: Host>(host: &H, req: &Request) -> Result<(), CniError> {
+        let conf = load(&req.config)?;
+        let cont = host.container_netns().map_err(|e| {
+            e.into_cni(format_args!(
+                "failed to open netns {:?}",
+                req.netns.as_deref().unwrap_or("")
+            ))
+        })?;
+        if conf.net.has_ipam() {
+            host.ipam_check()?;
+        }
+        let prev = check::require_prev_result(req.prev_result.as_ref())?;
+        let netns = req.netns.as_deref();
+        let cont_map = check::container_interface(prev, &req.ifname, netns).ok_or_else(|| {
+            CniError::internal(format!(
+                "Sandbox in prevResult doesn't match configured netns: {}",
+                netns.unwrap_or("")
+            ))
+        })?;
+        let link = cont.link_by_name(&req.ifname).map_err(|_| {
+            CniError::internal(format!(
+                "ptp: Container Interface name in prevResult: {} not found",
+                req.ifname
+            ))
+        })?;
+        if link.kind != "veth" {
+            return Err(CniError::internal(format!(
+                "Error: Container interface {} not of type veth/p2p",
+                link.name
+            )));
+        }
+        if !mac_matches(cont_map.mac.as_deref(), &link) {
+            return Err(CniError::internal(format!(
+                "ptp: Interface {} Mac {} doesn't match container Mac: {}",
+                link.name,
+                cont_map.mac.as_deref().unwrap_or(""),
+                link.mac
+            )));
+        }
+        check::validate_interface_ips(&cont, &req.ifname, prev)?;
+        check::validate_routes(&cont, &prev.routes)
+    }
+
+    fn status<H: Host>(host: &H, config: &str) -> Result<(), CniError> {
+        let net: NetConf = config::from_str(config)?;
+        if net.has_ipam() {
+            host.ipam_status()?;
+        }
+        Ok(())
+    }
+
+    fn gc<H: Host>(host: &H, config: &str, _valid: &[Attachment]) -> Result<(), CniError> {
+        let net: NetConf = config::from_str(config)?;
+        if net.has_ipam() {
+            host.ipam_gc()?;
+        }
+        Ok(())
+    }
+}
+
+/// One ip of the result with its gateway, both parsed.
+struct Addressing {
+    addr: IpNet,
+    gw: std::net::IpAddr,
+}
+
+/// Everything after IPAM ADD; the caller releases the IP and deletes the
+/// veth on error.
+fn add_with_ip<N: Ops>(
+    node: &N,
+    cont: &N,
+    conf: &Conf,
+    req: &Request,
+    allocated: CniResult,
+) -> Result<CniResult, CniError> {
+    iface::require_ips(&allocated)?;
+    let mut addressing = Vec::new();
+    for ipc in &allocated.ips {
+        let addr = iface::parse_address(ipc)?;
+        let gw = iface::parse_gateway(ipc)?.ok_or_else(|| {
+            CniError::internal(format!("ptp: IPAM returned no gateway for {}", ipc.address))
+        })?;
+        addressing.push(Addressing { addr, gw });
+    }
+    iface::enable_forwarding(node, &iface::families(&allocated)?)
+        .map_err(|e| e.context("Could not enable IP forwarding"))?;
+
+    let pair = setup_veth(
+        node,
+        cont,
+        &conf.net.name,
+        &req.container_id,
+        &req.ifname,
+        conf.mtu,
+        None,
+    )?;
+    let mut result = allocated;
+    result.interfaces = vec![
+        Interface {
+            name: pair.host.name.clone(),
+            mac: Some(pair.host.mac.clone()),
+            ..Interface::default()
+        },
+        Interface {
+            name: req.ifname.clone(),
+            mac: Some(pair.container.mac.clone()),
+            sandbox: req.netns.clone(),
+            ..Interface::default()
+        },
+    ];
+    for ipc in &mut result.ips {
+        ipc.interface = Some(CONTAINER_INDEX);
+    }
+
+    // Container: addresses, routes, then swap the kernel's connected route
+    // for `gw/32 scope link` + `subnet via gw`.
+    let ifname = req.ifname.as_str();
+    configure_iface(cont, ifname, &result)?;
+    for a in &addressing {
+        let subnet = a.addr.network().to_string();
+        cont.del_route(&RouteSpec {
+            dst: subnet.clone(),
+            dev: Some(ifname.to_string()),
+            ..RouteSpec::default()
+        })
+        .map_err(|e| e.into_cni(format_args!("failed to delete route {subnet} dev {ifname}")))?;
+        let src = a.addr.addr().to_string();
+        for route in [
+            RouteSpec {
+                dst: IpNet::host(a.gw).to_string(),
+                dev: Some(ifname.to_string()),
+                scope: Some(scope::LINK),
+                src: Some(src.clone()),
+                ..RouteSpec::default()
+            },
+            RouteSpec {
+                dst: subnet.clone(),
+                gw: Some(a.gw.to_string()),
+                dev: Some(ifname.to_string()),
+                scope: Some(scope::UNIVERSE),
+                src: Some(src.clone()),
+                ..RouteSpec::default()
+            },
+        ] {
+            cont.add_route(&route).map_err(|e| {
+                e.into_cni(format_args!(
+                    "failed to add route {} via {} dev {ifname}",
+                    route.dst,
+                    route.gw.as_deref().unwrap_or("<nil>")
+                ))
+            })?;
+        }
+    }
+
+    // Node: the gateway as a host address on the veth, and a host route to
+    // the container's IP.
+    let hv = pair.host.name.as_str();
+    for a in &addressing {
+        let gw = IpNet::host(a.gw).to_string();
+        node.add_address(hv, &gw)
+            .map_err(|e| e.into_cni(format_args!("failed to add IP addr {gw} to veth")))?;
+        let route = RouteSpec {
+            dst: IpNet::host(a.addr.addr()).to_string(),
+            dev: Some(hv.to_string()),
+            scope: Some(scope::HOST),
+            ..RouteSpec::default()
+        };
+        match node.add_route(&route) {
+            Ok(()) => {}
+            Err(e) if e.is_exists() => {}
+            Err(e) => return Err(e.into_cni("failed to add route on host")),
+        }
+    }
+
+    if let Ok(l) = node.link_by_name(hv) {
+        result.interfaces[0].mac = Some(l.mac);
+    }
+    if let Some(dns) = conf.net.dns_if_set() {
+        result.dns = Some(dns);
+    }
+    Ok(result)
+}

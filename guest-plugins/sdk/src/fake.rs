@@ -1,0 +1,1444 @@
+//! An in-memory [`Host`] for native unit tests: two namespaces (node and
+//! container) with links, addresses, routes and sysctls that behave like the
+//! kernel where plugins can tell the difference (veth peers die together,
+//! addresses add their connected route, a gateway must be reachable, a
+//! duplicate address or route is `Exists`, an unknown sysctl is `NotFound`),
+//! a scripted IPAM delegate, a store, and the host's policy as
+//! `host/src/sandbox/policy.rs` states it (container namespace: create only
+//! CNI_IFNAME, change it, `lo` and created links; node namespace: create
+//! freely, change created links and the ones the config names — a bridge
+//! or macvlan master must be config-named, see [`FakeHost::allow_node_link`];
+//! delete only created links; sysctls under `net.`, per-interface ones only
+//! for changeable links, node-wide ones only the forwarding switches).
+//!
+//! Setup and inspection methods on [`FakeHost`] bypass the policy.
+
+#![allow(clippy::missing_panics_doc)]
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::rc::Rc;
+
+use crate::error::CniError;
+use crate::host::{Host, Level, StoreEntry, StoreError};
+use crate::ip::{parse_ip, IpNet};
+use crate::net::{
+    scope, Link, LinkSettings, MacvlanMode, NetError, NetResult, Ops, RouteSpec, MAIN_TABLE,
+};
+use crate::types::{Attachment, CniResult, IpConfig, Request, Route};
+
+/// The netns path the fake's requests carry.
+pub const NETNS_PATH: &str = "/var/run/netns/fake";
+
+/// An abbreviated IPAM result: `(address, gateway)` pairs and route
+/// destinations.
+pub fn ipam_result(ips: &[(&str, Option<&str>)], routes: &[&str]) -> CniResult {
+    CniResult {
+        interfaces: Vec::new(),
+        ips: ips
+            .iter()
+            .map(|(a, g)| IpConfig {
+                address: (*a).into(),
+                gateway: g.map(Into::into),
+                interface: None,
+            })
+            .collect(),
+        routes: routes
+            .iter()
+            .map(|d| Route {
+                dst: (*d).into(),
+                ..Route::default()
+            })
+            .collect(),
+        dns: None,
+    }
+}
+
+/// Which namespace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NsId {
+    Node,
+    Container,
+}
+
+impl NsId {
+    fn index(self) -> usize {
+        match self {
+            Self::Node => 0,
+            Self::Container => 1,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct FakeLink {
+    link: Link,
+    addresses: Vec<IpNet>,
+    hairpin: bool,
+    /// For a bridge: its MAC was set explicitly, so it no longer follows
+    /// its lowest port MAC (the kernel's `NET_ADDR_SET`).
+    mac_set: bool,
+    /// For a veth: the namespace and index of the peer.
+    peer: Option<(NsId, u32)>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct NsState {
+    alive: bool,
+    links: Vec<FakeLink>,
+    /// Normalized: `dev` and `table` always set, `dst` a network.
+    routes: Vec<RouteSpec>,
+    sysctls: BTreeMap<String, String>,
+    /// Links created through `Ops` (the attachment's own).
+    created: Vec<String>,
+}
+
+impl NsState {
+    fn find(&self, name: &str) -> Option<usize> {
+        self.links.iter().position(|l| l.link.name == name)
+    }
+
+    fn find_index(&self, index: u32) -> Option<usize> {
+        self.links.iter().position(|l| l.link.index == index)
+    }
+}
+
+struct Failure {
+    op: String,
+    arg: String,
+    error: NetError,
+}
+
+struct World {
+    ns: [NsState; 2],
+    next_index: u32,
+    next_mac: u32,
+    attachment: Attachment,
+    node_allowed: Vec<String>,
+    policy: bool,
+    ipam_result: Option<CniResult>,
+    ipam_errors: BTreeMap<String, CniError>,
+    ipam_calls: Vec<String>,
+    ipam_allocated: bool,
+    store_values: BTreeMap<String, String>,
+    store_entries: Vec<StoreEntry>,
+    store_error: Option<StoreError>,
+    now: u64,
+    logs: Vec<(Level, String)>,
+    failures: Vec<Failure>,
+}
+
+const IPV4_LEAVES: &[(&str, &str)] = &[
+    ("arp_notify", "0"),
+    ("forwarding", "0"),
+    ("rp_filter", "0"),
+    ("log_martians", "0"),
+    ("route_localnet", "0"),
+];
+const IPV6_LEAVES: &[(&str, &str)] = &[
+    ("disable_ipv6", "0"),
+    ("accept_dad", "1"),
+    ("enhanced_dad", "1"),
+    ("keep_addr_on_down", "0"),
+    ("accept_ra", "1"),
+    ("ndisc_notify", "0"),
+    ("forwarding", "0"),
+];
+
+fn per_link_keys(name: &str) -> Vec<(String, &'static str)> {
+    let name = name.replace('.', "/");
+    let mut keys = Vec::new();
+    for (leaf, v) in IPV4_LEAVES {
+        keys.push((format!("net.ipv4.conf.{name}.{leaf}"), *v));
+    }
+    for (leaf, v) in IPV6_LEAVES {
+        keys.push((format!("net.ipv6.conf.{name}.{leaf}"), *v));
+    }
+    keys
+}
+
+/// The interface named by a per-interface sysctl key, if it is one.
+fn sysctl_iface(key: &str) -> Option<String> {
+    let parts: Vec<&str> = key.split('.').collect();
+    match parts.as_slice() {
+        ["net", "ipv4" | "ipv6", "conf" | "neigh", iface, _leaf] => Some(iface.replace('/', ".")),
+        _ => None,
+    }
+}
+
+impl World {
+    fn new(ifname: &str) -> Self {
+        let mut world = Self {
+            ns: [NsState::default(), NsState::default()],
+            next_index: 1,
+            next_mac: 1,
+            attachment: Attachment {
+                container_id: "ctr1".into(),
+                ifname: ifname.into(),
+            },
+            node_allowed: Vec::new(),
+            policy: true,
+            ipam_result: None,
+            ipam_errors: BTreeMap::new(),
+            ipam_calls: Vec::new(),
+            ipam_allocated: false,
+            store_values: BTreeMap::new(),
+            store_entries: Vec::new(),
+            store_error: None,
+            now: 1_700_000_000_000,
+            logs: Vec::new(),
+            failures: Vec::new(),
+        };
+        for id in [NsId::Node, NsId::Container] {
+            let ns = &mut world.ns[id.index()];
+            ns.alive = true;
+            for (k, v) in [
+                ("net.ipv4.ip_forward", "0"),
+                ("net.ipv6.conf.all.forwarding", "0"),
+                ("net.ipv6.conf.all.disable_ipv6", "0"),
+                ("net.ipv6.conf.default.disable_ipv6", "0"),
+                ("net.ipv4.conf.all.log_martians", "0"),
+                ("net.ipv4.conf.all.arp_notify", "0"),
+                ("net.core.somaxconn", "4096"),
+                ("kernel.hostname", "fake"),
+            ] {
+                ns.sysctls.insert(k.into(), v.into());
+            }
+        }
+        world.new_link(NsId::Node, "lo", "loopback", 65536, true);
+        world.new_link(NsId::Container, "lo", "loopback", 65536, false);
+        for id in [NsId::Node, NsId::Container] {
+            for a in ["127.0.0.1/8", "::1/128"] {
+                if let (Some(i), Ok(net)) = (world.ns[id.index()].find("lo"), a.parse()) {
+                    world.ns[id.index()].links[i].addresses.push(net);
+                }
+            }
+        }
+        world.new_link(NsId::Node, "ens3", "device", 1500, true);
+        world.raw_address(NsId::Node, "ens3", "192.168.1.10/24");
+        world.ns[0].routes.push(RouteSpec {
+            dst: "0.0.0.0/0".into(),
+            gw: Some("192.168.1.1".into()),
+            dev: Some("ens3".into()),
+            table: Some(MAIN_TABLE),
+            ..RouteSpec::default()
+        });
+        world
+    }
+
+    fn mac(&mut self) -> String {
+        let n = self.next_mac;
+        self.next_mac += 1;
+        format!("02:fa:00:00:{:02x}:{:02x}", (n >> 8) & 0xff, n & 0xff)
+    }
+
+    fn new_link(&mut self, id: NsId, name: &str, kind: &str, mtu: u32, up: bool) -> u32 {
+        let index = self.next_index;
+        self.next_index += 1;
+        let mac = if kind == "loopback" {
+            "00:00:00:00:00:00".to_string()
+        } else {
+            self.mac()
+        };
+        let ns = &mut self.ns[id.index()];
+        ns.links.push(FakeLink {
+            link: Link {
+                index,
+                name: name.into(),
+                kind: kind.into(),
+                mac,
+                mtu,
+                up,
+                oper_up: up,
+                txqlen: 1000,
+                ..Link::default()
+            },
+            addresses: Vec::new(),
+            hairpin: false,
+            mac_set: false,
+            peer: None,
+        });
+        for (k, v) in per_link_keys(name) {
+            ns.sysctls.insert(k, v.into());
+        }
+        index
+    }
+
+    fn raw_address(&mut self, id: NsId, link: &str, cidr: &str) {
+        let Ok(net) = cidr.parse::<IpNet>() else {
+            return;
+        };
+        let ns = &mut self.ns[id.index()];
+        if let Some(i) = ns.find(link) {
+            ns.links[i].addresses.push(net);
+            if net.prefix() < net.family().bits() {
+                ns.routes.push(RouteSpec {
+                    dst: net.network().to_string(),
+                    dev: Some(link.into()),
+                    src: Some(net.addr().to_string()),
+                    scope: Some(scope::LINK),
+                    table: Some(MAIN_TABLE),
+                    ..RouteSpec::default()
+                });
+            }
+        }
+    }
+
+    fn describe(&self, id: NsId, i: usize) -> Link {
+        let ns = &self.ns[id.index()];
+        let l = &ns.links[i];
+        let mut link = l.link.clone();
+        let peer_up = l.peer.is_none_or(|(pid, pindex)| {
+            self.ns[pid.index()]
+                .find_index(pindex)
+                .is_some_and(|p| self.ns[pid.index()].links[p].link.up)
+        });
+        link.oper_up = link.up && peer_up;
+        link
+    }
+
+    fn check_failure(&mut self, op: &str, arg: &str) -> NetResult<()> {
+        if let Some(pos) = self
+            .failures
+            .iter()
+            .position(|f| f.op == op && (f.arg.is_empty() || arg.contains(&f.arg)))
+        {
+            return Err(self.failures.remove(pos).error);
+        }
+        Ok(())
+    }
+
+    fn alive(&self, id: NsId) -> NetResult<()> {
+        if self.ns[id.index()].alive {
+            Ok(())
+        } else {
+            Err(NetError::NotFound("network namespace is gone".into()))
+        }
+    }
+
+    /// The host's policy for changing (or creating) link `name` in `id`.
+    fn may_change(&self, id: NsId, name: &str) -> bool {
+        if !self.policy {
+            return true;
+        }
+        let ns = &self.ns[id.index()];
+        match id {
+            NsId::Container => {
+                name == self.attachment.ifname
+                    || name == "lo"
+                    || ns.created.iter().any(|c| c == name)
+            }
+            NsId::Node => {
+                ns.created.iter().any(|c| c == name) || self.node_allowed.iter().any(|c| c == name)
+            }
+        }
+    }
+
+    fn may_create(&self, id: NsId, name: &str) -> bool {
+        !self.policy || id == NsId::Node || name == self.attachment.ifname
+    }
+
+    fn may_delete(&self, id: NsId, name: &str) -> bool {
+        !self.policy
+            || (id == NsId::Container && name == self.attachment.ifname)
+            || self.ns[id.index()].created.iter().any(|c| c == name)
+    }
+
+    /// The host's sysctl rule: under `net.`; per-interface keys only for
+    /// links the plugin may change; node-wide keys in the node namespace
+    /// only for the forwarding switches.
+    fn may_write_sysctl(&self, id: NsId, key: &str) -> NetResult<()> {
+        if !key.starts_with("net.") {
+            return Err(NetError::Refused(format!("sysctl {key} is not under net.")));
+        }
+        if !self.policy {
+            return Ok(());
+        }
+        const NODE_GLOBAL: &[&str] = &["net.ipv4.ip_forward", "net.ipv6.conf.all.forwarding"];
+        if id == NsId::Node && NODE_GLOBAL.contains(&key) {
+            return Ok(());
+        }
+        match (id, sysctl_iface(key).as_deref()) {
+            (NsId::Container, None | Some("all" | "default")) => Ok(()),
+            (NsId::Node, None | Some("all" | "default")) => Err(NetError::Refused(format!(
+                "sysctl {key} is a node-wide setting"
+            ))),
+            (_, Some(iface)) if self.may_change(id, iface) => Ok(()),
+            (_, Some(iface)) => Err(World::refuse("sysctl of link", iface)),
+        }
+    }
+
+    fn refuse(what: &str, name: &str) -> NetError {
+        NetError::Refused(format!("{what} {name:?} is not this attachment's"))
+    }
+
+    fn remove_link(&mut self, id: NsId, i: usize) {
+        let ns = &mut self.ns[id.index()];
+        let gone = ns.links.remove(i);
+        let name = gone.link.name.clone();
+        ns.routes
+            .retain(|r| r.dev.as_deref() != Some(name.as_str()));
+        let prefix_v4 = format!("net.ipv4.conf.{}.", name.replace('.', "/"));
+        let prefix_v6 = format!("net.ipv6.conf.{}.", name.replace('.', "/"));
+        ns.sysctls
+            .retain(|k, _| !k.starts_with(&prefix_v4) && !k.starts_with(&prefix_v6));
+        ns.created.retain(|c| *c != name);
+        for l in &mut ns.links {
+            if l.link.master == Some(gone.link.index) {
+                l.link.master = None;
+                l.hairpin = false;
+            }
+        }
+        if let Some(bridge) = gone.link.master {
+            self.follow_ports(id, bridge);
+        }
+        if let Some((pid, pindex)) = gone.peer {
+            if let Some(p) = self.ns[pid.index()].find_index(pindex) {
+                if let Some(peer) = self.ns[pid.index()].links.get_mut(p) {
+                    peer.peer = None;
+                }
+                self.remove_link(pid, p);
+            }
+        }
+    }
+
+    /// A bridge whose MAC was never set takes the lowest MAC of its ports.
+    fn follow_ports(&mut self, id: NsId, bridge_index: u32) {
+        let ns = &mut self.ns[id.index()];
+        let lowest = ns
+            .links
+            .iter()
+            .filter(|l| l.link.master == Some(bridge_index))
+            .map(|l| l.link.mac.clone())
+            .min();
+        if let (Some(b), Some(mac)) = (ns.find_index(bridge_index), lowest) {
+            if ns.links[b].link.kind == "bridge" && !ns.links[b].mac_set {
+                ns.links[b].link.mac = mac;
+            }
+        }
+    }
+
+    fn link_pos(&self, id: NsId, name: &str) -> NetResult<usize> {
+        self.ns[id.index()]
+            .find(name)
+            .ok_or_else(|| NetError::NotFound(format!("link {name:?}")))
+    }
+
+    fn reachable(&self, id: NsId, dev: &str, gw: &IpAddr) -> bool {
+        if let IpAddr::V6(v6) = gw {
+            if v6.segments()[0] & 0xffc0 == 0xfe80 {
+                return true;
+            }
+        }
+        let ns = &self.ns[id.index()];
+        let on_link = ns
+            .find(dev)
+            .is_some_and(|i| ns.links[i].addresses.iter().any(|a| a.contains(gw)));
+        on_link
+            || ns.routes.iter().any(|r| {
+                r.dev.as_deref() == Some(dev)
+                    && r.scope == Some(scope::LINK)
+                    && r.dst.parse::<IpNet>().is_ok_and(|d| d.contains(gw))
+            })
+    }
+}
+
+/// The fake host. Clones share one world.
+#[derive(Clone)]
+pub struct FakeHost {
+    world: Rc<RefCell<World>>,
+}
+
+/// A namespace handle of a [`FakeHost`].
+#[derive(Clone)]
+pub struct FakeNs {
+    world: Rc<RefCell<World>>,
+    id: NsId,
+}
+
+impl Default for FakeHost {
+    fn default() -> Self {
+        Self::new("eth0")
+    }
+}
+
+impl FakeHost {
+    /// A node namespace with `lo` and `ens3` (192.168.1.10/24, default route
+    /// via 192.168.1.1) and a container namespace with `lo` (down, holding
+    /// 127.0.0.1/8 and ::1/128); the attachment is (`ctr1`, `ifname`).
+    pub fn new(ifname: &str) -> Self {
+        Self {
+            world: Rc::new(RefCell::new(World::new(ifname))),
+        }
+    }
+
+    pub fn ns(&self, id: NsId) -> FakeNs {
+        FakeNs {
+            world: Rc::clone(&self.world),
+            id,
+        }
+    }
+
+    /// A request for the fake's attachment with `config` (JSON text).
+    pub fn request(&self, config: &str) -> Request {
+        let w = self.world.borrow();
+        Request {
+            container_id: w.attachment.container_id.clone(),
+            ifname: w.attachment.ifname.clone(),
+            netns: Some(NETNS_PATH.into()),
+            args: Vec::new(),
+            config: config.into(),
+            prev_result: None,
+        }
+    }
+
+    // ------------------------------------------------------------ setup
+
+    /// Lets the attachment change node link `name` (its config names it).
+    pub fn allow_node_link(&self, name: &str) {
+        self.world.borrow_mut().node_allowed.push(name.into());
+    }
+
+    /// Turns the host policy off.
+    pub fn disable_policy(&self) {
+        self.world.borrow_mut().policy = false;
+    }
+
+    /// Adds a link (no policy), returning its index.
+    pub fn add_link(&self, id: NsId, name: &str, kind: &str, mtu: u32) -> u32 {
+        self.world.borrow_mut().new_link(id, name, kind, mtu, true)
+    }
+
+    /// Adds an address (and its connected route), no policy.
+    pub fn add_address(&self, id: NsId, link: &str, cidr: &str) {
+        self.world.borrow_mut().raw_address(id, link, cidr);
+    }
+
+    /// Adds a route as-is (normalized), no policy.
+    pub fn add_route(&self, id: NsId, route: RouteSpec) {
+        let mut route = route;
+        route.table.get_or_insert(MAIN_TABLE);
+        self.world.borrow_mut().ns[id.index()].routes.push(route);
+    }
+
+    pub fn remove_route(&self, id: NsId, dst: &str) {
+        self.world.borrow_mut().ns[id.index()]
+            .routes
+            .retain(|r| r.dst != dst);
+    }
+
+    pub fn set_sysctl(&self, id: NsId, key: &str, value: &str) {
+        self.world.borrow_mut().ns[id.index()]
+            .sysctls
+            .insert(key.into(), value.into());
+    }
+
+    /// Deletes a link without policy (as an administrator would).
+    pub fn delete_link(&self, id: NsId, name: &str) {
+        let mut w = self.world.borrow_mut();
+        if let Some(i) = w.ns[id.index()].find(name) {
+            w.remove_link(id, i);
+        }
+    }
+
+    /// Removes an address without policy.
+    pub fn remove_address(&self, id: NsId, link: &str, cidr: &str) {
+        let mut w = self.world.borrow_mut();
+        let ns = &mut w.ns[id.index()];
+        if let (Some(i), Ok(net)) = (ns.find(link), cidr.parse::<IpNet>()) {
+            ns.links[i].addresses.retain(|a| *a != net);
+        }
+    }
+
+    /// The runtime deleted the container namespace: its links go, and so do
+    /// the node-side peers of its veths.
+    pub fn remove_container_netns(&self) {
+        let mut w = self.world.borrow_mut();
+        while !w.ns[1].links.is_empty() {
+            w.remove_link(NsId::Container, 0);
+        }
+        w.ns[1].alive = false;
+        w.ns[1].routes.clear();
+        w.ns[1].sysctls.clear();
+    }
+
+    /// The next `op` (an `Ops` method name) whose main argument contains
+    /// `arg` ("" for any) fails with `error`, once.
+    pub fn fail_next(&self, op: &str, arg: &str, error: NetError) {
+        self.world.borrow_mut().failures.push(Failure {
+            op: op.into(),
+            arg: arg.into(),
+            error,
+        });
+    }
+
+    /// What `ipam_add` returns.
+    pub fn set_ipam_result(&self, result: CniResult) {
+        self.world.borrow_mut().ipam_result = Some(result);
+    }
+
+    /// Makes IPAM verb `verb` ("add", "del", "check", "status", "gc") fail.
+    pub fn set_ipam_error(&self, verb: &str, error: CniError) {
+        self.world
+            .borrow_mut()
+            .ipam_errors
+            .insert(verb.into(), error);
+    }
+
+    /// Sets the clock `store_now` reads (ms since the epoch); entries
+    /// reserved from now on carry it.
+    pub fn set_now(&self, ms: u64) {
+        self.world.borrow_mut().now = ms;
+    }
+
+    /// Makes every store call fail.
+    pub fn set_store_error(&self, error: StoreError) {
+        self.world.borrow_mut().store_error = Some(error);
+    }
+
+    // ------------------------------------------------------- inspection
+
+    pub fn link(&self, id: NsId, name: &str) -> Option<Link> {
+        let w = self.world.borrow();
+        w.ns[id.index()].find(name).map(|i| w.describe(id, i))
+    }
+
+    pub fn link_names(&self, id: NsId) -> Vec<String> {
+        self.world.borrow().ns[id.index()]
+            .links
+            .iter()
+            .map(|l| l.link.name.clone())
+            .collect()
+    }
+
+    pub fn addresses(&self, id: NsId, link: &str) -> Vec<String> {
+        let w = self.world.borrow();
+        let ns = &w.ns[id.index()];
+        ns.find(link)
+            .map(|i| {
+                ns.links[i]
+                    .addresses
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Routes as `dst [via gw] dev D [src S] [scope N] [table T]` strings.
+    pub fn routes(&self, id: NsId) -> Vec<String> {
+        self.world.borrow().ns[id.index()]
+            .routes
+            .iter()
+            .map(|r| {
+                let mut s = r.dst.clone();
+                if let Some(gw) = &r.gw {
+                    s.push_str(&format!(" via {gw}"));
+                }
+                s.push_str(&format!(" dev {}", r.dev.as_deref().unwrap_or("?")));
+                if let Some(src) = &r.src {
+                    s.push_str(&format!(" src {src}"));
+                }
+                if let Some(sc) = r.scope.filter(|s| *s != 0) {
+                    s.push_str(&format!(" scope {sc}"));
+                }
+                if let Some(t) = r.table.filter(|t| *t != MAIN_TABLE) {
+                    s.push_str(&format!(" table {t}"));
+                }
+                s
+            })
+            .collect()
+    }
+
+    pub fn sysctl(&self, id: NsId, key: &str) -> Option<String> {
+        self.world.borrow().ns[id.index()].sysctls.get(key).cloned()
+    }
+
+    pub fn hairpin(&self, id: NsId, name: &str) -> Option<bool> {
+        let w = self.world.borrow();
+        let ns = &w.ns[id.index()];
+        ns.find(name).map(|i| ns.links[i].hairpin)
+    }
+
+    pub fn ipam_calls(&self) -> Vec<String> {
+        self.world.borrow().ipam_calls.clone()
+    }
+
+    /// Whether an IPAM allocation is held (add succeeded, no del since).
+    pub fn ipam_allocated(&self) -> bool {
+        self.world.borrow().ipam_allocated
+    }
+
+    pub fn store_value(&self, name: &str) -> Option<String> {
+        self.world.borrow().store_values.get(name).cloned()
+    }
+
+    pub fn logs(&self) -> Vec<(Level, String)> {
+        self.world.borrow().logs.clone()
+    }
+
+    /// Everything observable in both namespaces, for before/after
+    /// comparisons.
+    pub fn snapshot(&self) -> String {
+        let mut out = String::new();
+        for id in [NsId::Node, NsId::Container] {
+            let w = self.world.borrow();
+            let ns = &w.ns[id.index()];
+            out.push_str(&format!("{id:?} alive={}\n", ns.alive));
+            for (i, l) in ns.links.iter().enumerate() {
+                let d = w.describe(id, i);
+                out.push_str(&format!(
+                    "  link {} {} mac={} mtu={} up={} master={:?} promisc={} allmulti={} txqlen={} hairpin={} addrs={:?}\n",
+                    d.name, d.kind, d.mac, d.mtu, d.up, d.master, d.promisc, d.allmulti, d.txqlen, l.hairpin,
+                    l.addresses.iter().map(ToString::to_string).collect::<Vec<_>>()
+                ));
+            }
+            drop(w);
+            for r in self.routes(id) {
+                out.push_str(&format!("  route {r}\n"));
+            }
+            let w = self.world.borrow();
+            for (k, v) in &w.ns[id.index()].sysctls {
+                out.push_str(&format!("  sysctl {k}={v}\n"));
+            }
+        }
+        out
+    }
+}
+
+impl Host for FakeHost {
+    type Ns = FakeNs;
+
+    fn container_netns(&self) -> Result<FakeNs, NetError> {
+        self.world.borrow().alive(NsId::Container)?;
+        Ok(self.ns(NsId::Container))
+    }
+
+    fn node_netns(&self) -> Result<FakeNs, NetError> {
+        Ok(self.ns(NsId::Node))
+    }
+
+    fn ipam_add(&self) -> Result<CniResult, CniError> {
+        let mut w = self.world.borrow_mut();
+        w.ipam_calls.push("add".into());
+        if let Some(e) = w.ipam_errors.get("add") {
+            return Err(e.clone());
+        }
+        let result = w
+            .ipam_result
+            .clone()
+            .ok_or_else(|| CniError::internal("fake: no IPAM result configured"))?;
+        w.ipam_allocated = true;
+        Ok(result)
+    }
+
+    fn ipam_del(&self) -> Result<(), CniError> {
+        let mut w = self.world.borrow_mut();
+        w.ipam_calls.push("del".into());
+        if let Some(e) = w.ipam_errors.get("del") {
+            return Err(e.clone());
+        }
+        w.ipam_allocated = false;
+        Ok(())
+    }
+
+    fn ipam_check(&self) -> Result<(), CniError> {
+        self.ipam_simple("check")
+    }
+
+    fn ipam_status(&self) -> Result<(), CniError> {
+        self.ipam_simple("status")
+    }
+
+    fn ipam_gc(&self) -> Result<(), CniError> {
+        self.ipam_simple("gc")
+    }
+
+    fn store_reserve(&self, key: &str) -> Result<bool, StoreError> {
+        let mut w = self.world.borrow_mut();
+        w.store_ok()?;
+        if w.store_entries
+            .iter()
+            .any(|e| e.key == key && e.released_at.is_none())
+        {
+            return Ok(false);
+        }
+        let (owner, now) = (w.attachment.clone(), w.now);
+        w.store_entries.push(StoreEntry {
+            key: key.into(),
+            owner,
+            allocated_at: now,
+            released_at: None,
+        });
+        Ok(true)
+    }
+
+    fn store_release_by_owner(&self) -> Result<Vec<String>, StoreError> {
+        let mut w = self.world.borrow_mut();
+        w.store_ok()?;
+        let (owner, now) = (w.attachment.clone(), w.now);
+        let mut released = Vec::new();
+        for e in &mut w.store_entries {
+            if e.owner == owner && e.released_at.is_none() {
+                e.released_at = Some(now);
+                released.push(e.key.clone());
+            }
+        }
+        Ok(released)
+    }
+
+    fn store_release(&self, key: &str) -> Result<bool, StoreError> {
+        let mut w = self.world.borrow_mut();
+        w.store_ok()?;
+        let now = w.now;
+        let mut any = false;
+        for e in &mut w.store_entries {
+            if e.key == key && e.released_at.is_none() {
+                e.released_at = Some(now);
+                any = true;
+            }
+        }
+        Ok(any)
+    }
+
+    fn store_get_by_owner(&self) -> Result<Vec<String>, StoreError> {
+        let w = self.world.borrow();
+        w.store_ok()?;
+        Ok(w.store_entries
+            .iter()
+            .filter(|e| e.owner == w.attachment && e.released_at.is_none())
+            .map(|e| e.key.clone())
+            .collect())
+    }
+
+    fn store_list(&self) -> Result<Vec<StoreEntry>, StoreError> {
+        let w = self.world.borrow();
+        w.store_ok()?;
+        Ok(w.store_entries.clone())
+    }
+
+    fn store_now(&self) -> u64 {
+        self.world.borrow().now
+    }
+
+    fn store_get_value(&self, name: &str) -> Result<Option<String>, StoreError> {
+        let w = self.world.borrow();
+        w.store_ok()?;
+        Ok(w.store_values.get(name).cloned())
+    }
+
+    fn store_set_value(&self, name: &str, value: Option<&str>) -> Result<(), StoreError> {
+        let mut w = self.world.borrow_mut();
+        w.store_ok()?;
+        match value {
+            Some(v) => w.store_values.insert(name.into(), v.into()),
+            None => w.store_values.remove(name),
+        };
+        Ok(())
+    }
+
+    fn log(&self, level: Level, message: &str) {
+        self.world.borrow_mut().logs.push((level, message.into()));
+    }
+}
+
+impl World {
+    fn store_ok(&self) -> Result<(), StoreError> {
+        match &self.store_error {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+}
+
+impl FakeHost {
+    fn ipam_simple(&self, verb: &str) -> Result<(), CniError> {
+        let mut w = self.world.borrow_mut();
+        w.ipam_calls.push(verb.into());
+        match w.ipam_errors.get(verb) {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+}
+
+impl FakeNs {
+    /// Runs `f` on the world after the liveness and failure-injection
+    /// checks.
+    fn with<T>(
+        &self,
+        op: &str,
+        arg: &str,
+        f: impl FnOnce(&mut World, NsId) -> NetResult<T>,
+    ) -> NetResult<T> {
+        let mut w = self.world.borrow_mut();
+        w.alive(self.id)?;
+        w.check_failure(op, arg)?;
+        f(&mut w, self.id)
+    }
+}
+
+fn check_name(name: &str) -> NetResult<()> {
+    if name.is_empty()
+        || name.len() > 15
+        || name.contains('/')
+        || name.contains(char::is_whitespace)
+    {
+        return Err(NetError::Invalid(format!("invalid link name {name:?}")));
+    }
+    Ok(())
+}
+
+fn check_mac(mac: Option<&str>) -> NetResult<Option<String>> {
+    mac.map(|m| {
+        crate::mac::normalize(m).ok_or_else(|| NetError::Invalid(format!("invalid MAC {m:?}")))
+    })
+    .transpose()
+}
+
+fn check_mtu(mtu: u32) -> NetResult<()> {
+    if !(68..=65535).contains(&mtu) {
+        return Err(NetError::Kernel(-22, format!("invalid MTU {mtu}")));
+    }
+    Ok(())
+}
+
+fn route_matches(r: &RouteSpec, want: &RouteSpec, dst: &IpNet) -> bool {
+    r.dst
+        .parse::<IpNet>()
+        .is_ok_and(|d| d.network() == dst.network())
+        && want.dev.as_ref().is_none_or(|d| r.dev.as_ref() == Some(d))
+        && r.table.unwrap_or(MAIN_TABLE) == want.table.unwrap_or(MAIN_TABLE)
+        && want.gw.as_ref().is_none_or(|g| r.gw.as_ref() == Some(g))
+}
+
+impl Ops for FakeNs {
+    fn create_veth(
+        &self,
+        name: &str,
+        peer_name: &str,
+        peer_ns: &Self,
+        mtu: Option<u32>,
+        mac: Option<&str>,
+    ) -> NetResult<Link> {
+        let peer_id = peer_ns.id;
+        self.with("create_veth", name, |w, id| {
+            w.alive(peer_id)?;
+            check_name(name)?;
+            check_name(peer_name)?;
+            let mac = check_mac(mac)?;
+            if let Some(m) = mtu {
+                check_mtu(m)?;
+            }
+            if !w.may_create(id, name) {
+                return Err(World::refuse("link", name));
+            }
+            if !w.may_create(peer_id, peer_name) {
+                return Err(World::refuse("link", peer_name));
+            }
+            if w.ns[id.index()].find(name).is_some() {
+                return Err(NetError::Exists(format!("link {name:?}")));
+            }
+            if w.ns[peer_id.index()].find(peer_name).is_some() {
+                return Err(NetError::Exists(format!("link {peer_name:?}")));
+            }
+            let mtu = mtu.unwrap_or(1500);
+            let here = w.new_link(id, name, "veth", mtu, false);
+            let there = w.new_link(peer_id, peer_name, "veth", mtu, false);
+            let ns = &mut w.ns[id.index()];
+            let i = ns.links.len() - 1;
+            ns.links[i].peer = Some((peer_id, there));
+            ns.links[i].link.peer_index = Some(there);
+            if let Some(mac) = mac {
+                ns.links[i].link.mac = mac;
+            }
+            ns.created.push(name.into());
+            let pns = &mut w.ns[peer_id.index()];
+            let p = pns.links.len() - 1;
+            pns.links[p].peer = Some((id, here));
+            pns.links[p].link.peer_index = Some(here);
+            pns.created.push(peer_name.into());
+            Ok(w.describe(id, w.ns[id.index()].links.len() - 1))
+        })
+    }
+
+    fn ensure_bridge(&self, name: &str, mtu: Option<u32>) -> NetResult<Link> {
+        self.with("ensure_bridge", name, |w, id| {
+            check_name(name)?;
+            // A bridge is shared: only the config-named one, and it never
+            // becomes the attachment's.
+            if !w.may_change(id, name) {
+                return Err(World::refuse("bridge", name));
+            }
+            if let Some(i) = w.ns[id.index()].find(name) {
+                let kind = &w.ns[id.index()].links[i].link.kind;
+                if kind != "bridge" {
+                    return Err(NetError::Exists(format!("{name:?} exists and is a {kind}")));
+                }
+                return Ok(w.describe(id, i));
+            }
+            if let Some(m) = mtu {
+                check_mtu(m)?;
+            }
+            w.new_link(id, name, "bridge", mtu.unwrap_or(1500), false);
+            Ok(w.describe(id, w.ns[id.index()].links.len() - 1))
+        })
+    }
+
+    fn create_macvlan(
+        &self,
+        name: &str,
+        master: &str,
+        mode: MacvlanMode,
+        mtu: Option<u32>,
+        mac: Option<&str>,
+        target: &Self,
+    ) -> NetResult<Link> {
+        let target_id = target.id;
+        self.with("create_macvlan", name, |w, id| {
+            w.alive(target_id)?;
+            check_name(name)?;
+            let mac = check_mac(mac)?;
+            let m = w.link_pos(id, master)?;
+            if !w.may_change(id, master) {
+                return Err(World::refuse("master", master));
+            }
+            let master_link = w.ns[id.index()].links[m].link.clone();
+            let mtu = mtu.unwrap_or(master_link.mtu);
+            if mtu > master_link.mtu {
+                return Err(NetError::Kernel(
+                    -22,
+                    format!("mtu {mtu} greater than master's"),
+                ));
+            }
+            if !w.may_create(target_id, name) {
+                return Err(World::refuse("link", name));
+            }
+            if w.ns[target_id.index()].find(name).is_some() {
+                return Err(NetError::Exists(format!("link {name:?}")));
+            }
+            w.new_link(target_id, name, "macvlan", mtu, false);
+            let ns = &mut w.ns[target_id.index()];
+            let i = ns.links.len() - 1;
+            ns.links[i].link.macvlan_mode = Some(mode);
+            ns.links[i].link.master = None;
+            if let Some(mac) = mac {
+                ns.links[i].link.mac = mac;
+            }
+            ns.created.push(name.into());
+            Ok(w.describe(target_id, i))
+        })
+    }
+
+    fn link_by_name(&self, name: &str) -> NetResult<Link> {
+        self.with("link_by_name", name, |w, id| {
+            let i = w.link_pos(id, name)?;
+            Ok(w.describe(id, i))
+        })
+    }
+
+    fn link_by_index(&self, index: u32) -> NetResult<Link> {
+        self.with("link_by_index", &index.to_string(), |w, id| {
+            let i = w.ns[id.index()]
+                .find_index(index)
+                .ok_or_else(|| NetError::NotFound(format!("link index {index}")))?;
+            Ok(w.describe(id, i))
+        })
+    }
+
+    fn list_links(&self) -> NetResult<Vec<Link>> {
+        self.with("list_links", "", |w, id| {
+            Ok((0..w.ns[id.index()].links.len())
+                .map(|i| w.describe(id, i))
+                .collect())
+        })
+    }
+
+    fn set_link(&self, name: &str, s: &LinkSettings) -> NetResult<Link> {
+        self.with("set_link", name, |w, id| {
+            let i = w.link_pos(id, name)?;
+            if !w.may_change(id, name) {
+                return Err(World::refuse("link", name));
+            }
+            let master = match s.master.as_deref() {
+                None => None,
+                Some("") => Some(None),
+                Some(br) => {
+                    let b = w.link_pos(id, br)?;
+                    if !w.may_change(id, br) {
+                        return Err(World::refuse("bridge", br));
+                    }
+                    let bl = &w.ns[id.index()].links[b].link;
+                    if bl.kind != "bridge" {
+                        return Err(NetError::Invalid(format!("{br:?} is not a bridge")));
+                    }
+                    Some(Some(bl.index))
+                }
+            };
+            let mac = check_mac(s.mac.as_deref())?;
+            if let Some(m) = s.mtu {
+                check_mtu(m)?;
+            }
+            let old_master = w.ns[id.index()].links[i].link.master;
+            let l = &mut w.ns[id.index()].links[i];
+            if let Some(m) = master {
+                l.link.master = m;
+                if m.is_none() {
+                    l.hairpin = false;
+                }
+            }
+            if let Some(h) = s.hairpin {
+                if l.link.master.is_none() {
+                    return Err(NetError::Kernel(
+                        -95,
+                        "hairpin needs a bridge master".into(),
+                    ));
+                }
+                l.hairpin = h;
+            }
+            if let Some(v) = s.up {
+                l.link.up = v;
+            }
+            if let Some(v) = s.mtu {
+                l.link.mtu = v;
+            }
+            if let Some(v) = mac {
+                l.link.mac = v;
+                l.mac_set = true;
+            }
+            if let Some(v) = s.promisc {
+                l.link.promisc = v;
+            }
+            if let Some(v) = s.allmulti {
+                l.link.allmulti = v;
+            }
+            if let Some(v) = s.txqlen {
+                l.link.txqlen = v;
+            }
+            let new_master = l.link.master;
+            if let Some(old) = old_master.filter(|o| Some(*o) != new_master) {
+                w.follow_ports(id, old);
+            }
+            if let Some(m) = new_master {
+                w.follow_ports(id, m);
+            }
+            Ok(w.describe(id, i))
+        })
+    }
+
+    fn delete_link(&self, name: &str) -> NetResult<()> {
+        self.with("delete_link", name, |w, id| {
+            let i = w.link_pos(id, name)?;
+            if !w.may_delete(id, name) {
+                return Err(World::refuse("link", name));
+            }
+            w.remove_link(id, i);
+            Ok(())
+        })
+    }
+
+    fn add_address(&self, link: &str, cidr: &str) -> NetResult<()> {
+        self.with("add_address", cidr, |w, id| {
+            let i = w.link_pos(id, link)?;
+            if !w.may_change(id, link) {
+                return Err(World::refuse("link", link));
+            }
+            let net: IpNet = cidr
+                .parse()
+                .map_err(|_| NetError::Invalid(format!("invalid address {cidr:?}")))?;
+            if w.ns[id.index()].links[i].addresses.contains(&net) {
+                return Err(NetError::Exists(format!("address {cidr} on {link}")));
+            }
+            w.raw_address(id, link, cidr);
+            Ok(())
+        })
+    }
+
+    fn del_address(&self, link: &str, cidr: &str) -> NetResult<()> {
+        self.with("del_address", cidr, |w, id| {
+            let i = w.link_pos(id, link)?;
+            if !w.may_change(id, link) {
+                return Err(World::refuse("link", link));
+            }
+            let net: IpNet = cidr
+                .parse()
+                .map_err(|_| NetError::Invalid(format!("invalid address {cidr:?}")))?;
+            let ns = &mut w.ns[id.index()];
+            let before = ns.links[i].addresses.len();
+            ns.links[i].addresses.retain(|a| *a != net);
+            if ns.links[i].addresses.len() == before {
+                return Err(NetError::NotFound(format!("address {cidr} on {link}")));
+            }
+            let network = net.network().to_string();
+            let src = net.addr().to_string();
+            ns.routes.retain(|r| {
+                !(r.dst == network
+                    && r.dev.as_deref() == Some(link)
+                    && r.src.as_deref() == Some(src.as_str()))
+            });
+            Ok(())
+        })
+    }
+
+    fn list_addresses(&self, link: &str) -> NetResult<Vec<String>> {
+        self.with("list_addresses", link, |w, id| {
+            let i = w.link_pos(id, link)?;
+            Ok(w.ns[id.index()].links[i]
+                .addresses
+                .iter()
+                .map(ToString::to_string)
+                .collect())
+        })
+    }
+
+    fn add_route(&self, route: &RouteSpec) -> NetResult<()> {
+        self.with("add_route", &route.dst, |w, id| {
+            let dev = route
+                .dev
+                .clone()
+                .ok_or_else(|| NetError::Invalid("the fake needs `dev` on routes".into()))?;
+            w.link_pos(id, &dev)?;
+            if !w.may_change(id, &dev) {
+                return Err(World::refuse("link", &dev));
+            }
+            let dst: IpNet = route
+                .dst
+                .parse()
+                .map_err(|_| NetError::Invalid(format!("invalid route dst {:?}", route.dst)))?;
+            let gw = route
+                .gw
+                .as_deref()
+                .map(|g| {
+                    parse_ip(g).map_err(|_| NetError::Invalid(format!("invalid gateway {g:?}")))
+                })
+                .transpose()?;
+            if let Some(gw) = &gw {
+                if crate::ip::Family::of(gw) != dst.family() {
+                    return Err(NetError::Invalid(
+                        "gateway family differs from destination".into(),
+                    ));
+                }
+                if route.scope != Some(scope::LINK) && !w.reachable(id, &dev, gw) {
+                    return Err(NetError::Kernel(-101, "network is unreachable".into()));
+                }
+            }
+            let table = route.table.unwrap_or(MAIN_TABLE);
+            // The host's rule: same destination and priority in the table.
+            let duplicate = w.ns[id.index()].routes.iter().any(|r| {
+                r.dst == dst.network().to_string()
+                    && r.table == Some(table)
+                    && r.priority == route.priority
+            });
+            if duplicate {
+                return Err(NetError::Exists(format!("route to {}", route.dst)));
+            }
+            let mut stored = route.clone();
+            stored.dst = dst.network().to_string();
+            stored.table = Some(table);
+            stored.dev = Some(dev);
+            stored.gw = gw.map(|g| g.to_string());
+            w.ns[id.index()].routes.push(stored);
+            Ok(())
+        })
+    }
+
+    fn del_route(&self, route: &RouteSpec) -> NetResult<()> {
+        self.with("del_route", &route.dst, |w, id| {
+            if let Some(dev) = &route.dev {
+                if !w.may_change(id, dev) {
+                    return Err(World::refuse("link", dev));
+                }
+            }
+            let dst: IpNet = route
+                .dst
+                .parse()
+                .map_err(|_| NetError::Invalid(format!("invalid route dst {:?}", route.dst)))?;
+            let ns = &mut w.ns[id.index()];
+            let pos = ns
+                .routes
+                .iter()
+                .position(|r| route_matches(r, route, &dst))
+                .ok_or_else(|| NetError::NotFound(format!("route to {}", route.dst)))?;
+            ns.routes.remove(pos);
+            Ok(())
+        })
+    }
+
+    fn list_routes(&self, link: &str, table: Option<u32>) -> NetResult<Vec<RouteSpec>> {
+        self.with("list_routes", link, |w, id| {
+            w.link_pos(id, link)?;
+            let table = table.unwrap_or(MAIN_TABLE);
+            Ok(w.ns[id.index()]
+                .routes
+                .iter()
+                .filter(|r| r.dev.as_deref() == Some(link) && r.table == Some(table))
+                .cloned()
+                .collect())
+        })
+    }
+
+    fn get_sysctl(&self, key: &str) -> NetResult<String> {
+        self.with("get_sysctl", key, |w, id| {
+            if !key.starts_with("net.") {
+                return Err(NetError::Refused(format!("sysctl {key} is not under net.")));
+            }
+            w.ns[id.index()]
+                .sysctls
+                .get(key)
+                .cloned()
+                .ok_or_else(|| NetError::NotFound(format!("sysctl {key}")))
+        })
+    }
+
+    fn set_sysctl(&self, key: &str, value: &str) -> NetResult<()> {
+        self.with("set_sysctl", key, |w, id| {
+            w.may_write_sysctl(id, key)?;
+            let slot = w.ns[id.index()]
+                .sysctls
+                .get_mut(key)
+                .ok_or_else(|| NetError::NotFound(format!("sysctl {key}")))?;
+            *slot = value.trim().to_string();
+            Ok(())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn veth_peers_die_together_and_with_the_namespace() {
+        let host = FakeHost::new("eth0");
+        let (c, n) = (host.ns(NsId::Container), host.ns(NsId::Node));
+        let l = c
+            .create_veth("eth0", "veth01", &n, Some(1400), Some("02:00:00:00:00:01"))
+            .unwrap();
+        assert_eq!(
+            (l.kind.as_str(), l.mtu, l.mac.as_str()),
+            ("veth", 1400, "02:00:00:00:00:01")
+        );
+        let peer = n.link_by_name("veth01").unwrap();
+        assert_eq!(l.peer_index, Some(peer.index));
+        assert_eq!(peer.peer_index, Some(l.index));
+        assert!(c
+            .create_veth("eth0", "veth02", &n, None, None)
+            .unwrap_err()
+            .is_exists());
+        c.delete_link("eth0").unwrap();
+        assert!(n.link_by_name("veth01").unwrap_err().is_not_found());
+
+        c.create_veth("eth0", "veth01", &n, None, None).unwrap();
+        host.remove_container_netns();
+        assert!(n.link_by_name("veth01").unwrap_err().is_not_found());
+        assert!(host.container_netns().is_err());
+        assert!(c.link_by_name("lo").unwrap_err().is_not_found());
+    }
+
+    #[test]
+    fn policy_limits_the_attachment() {
+        let host = FakeHost::new("eth0");
+        let (c, n) = (host.ns(NsId::Container), host.ns(NsId::Node));
+        let refused = |r: NetResult<()>| matches!(r, Err(NetError::Refused(_)));
+        assert!(matches!(
+            c.create_veth("eth1", "v1", &n, None, None),
+            Err(NetError::Refused(_))
+        ));
+        assert!(refused(n.set_link("ens3", &LinkSettings::up()).map(drop)));
+        assert!(refused(n.delete_link("ens3")));
+        assert!(refused(c.delete_link("lo")));
+        assert!(refused(n.ensure_bridge("cni0", None).map(drop)));
+        assert!(refused(
+            n.create_macvlan("eth0", "ens3", MacvlanMode::Bridge, None, None, &c)
+                .map(drop)
+        ));
+        assert!(refused(n.set_sysctl("net.ipv4.conf.ens3.arp_notify", "1")));
+        assert!(refused(n.set_sysctl("net.ipv4.conf.all.rp_filter", "1")));
+        assert!(refused(n.set_sysctl("net.core.somaxconn", "1")));
+        assert!(matches!(
+            n.get_sysctl("kernel.hostname"),
+            Err(NetError::Refused(_))
+        ));
+        n.get_sysctl("net.core.somaxconn").unwrap();
+        n.set_sysctl("net.ipv4.ip_forward", "1").unwrap();
+        c.set_sysctl("net.core.somaxconn", "1").unwrap();
+        c.set_sysctl("net.ipv4.conf.all.log_martians", "1").unwrap();
+        host.allow_node_link("ens3");
+        host.allow_node_link("cni0");
+        n.set_link("ens3", &LinkSettings::up()).unwrap();
+        assert!(refused(n.delete_link("ens3")));
+        n.ensure_bridge("cni0", None).unwrap();
+        assert!(
+            refused(n.delete_link("cni0")),
+            "a bridge never becomes the attachment's"
+        );
+        n.create_macvlan("eth0", "ens3", MacvlanMode::Bridge, None, None, &c)
+            .unwrap();
+        c.delete_link("eth0").unwrap();
+        assert!(c
+            .set_sysctl("net.ipv4.nope", "1")
+            .unwrap_err()
+            .is_not_found());
+    }
+
+    #[test]
+    fn addresses_and_routes_behave_like_the_kernel() {
+        let host = FakeHost::new("eth0");
+        let (c, n) = (host.ns(NsId::Container), host.ns(NsId::Node));
+        c.create_veth("eth0", "v1", &n, None, None).unwrap();
+        c.add_address("eth0", "10.0.0.2/24").unwrap();
+        assert!(c
+            .add_address("eth0", "10.0.0.2/24")
+            .unwrap_err()
+            .is_exists());
+        assert_eq!(
+            host.routes(NsId::Container),
+            ["10.0.0.0/24 dev eth0 src 10.0.0.2 scope 253"]
+        );
+        let via = |dst: &str, gw: &str| RouteSpec {
+            dst: dst.into(),
+            gw: Some(gw.into()),
+            dev: Some("eth0".into()),
+            ..RouteSpec::default()
+        };
+        assert!(matches!(
+            c.add_route(&via("0.0.0.0/0", "10.9.0.1")),
+            Err(NetError::Kernel(-101, _))
+        ));
+        c.add_route(&via("0.0.0.0/0", "10.0.0.1")).unwrap();
+        assert!(c
+            .add_route(&via("0.0.0.0/0", "10.0.0.1"))
+            .unwrap_err()
+            .is_exists());
+        c.del_address("eth0", "10.0.0.2/24").unwrap();
+        assert_eq!(
+            host.routes(NsId::Container),
+            ["0.0.0.0/0 via 10.0.0.1 dev eth0"]
+        );
+        host.fail_next("add_address", "", NetError::Kernel(-1, "boom".into()));
+        assert!(c.add_address("eth0", "10.0.0.3/24").is_err());
+        c.add_address("eth0", "10.0.0.3/24").unwrap();
+    }
+
+    #[test]
+    fn store_reserves_per_owner_with_the_clock() {
+        let host = FakeHost::new("eth0");
+        host.set_now(5);
+        assert!(host.store_reserve("10.0.0.2").unwrap());
+        assert!(!host.store_reserve("10.0.0.2").unwrap());
+        assert_eq!(host.store_get_by_owner().unwrap(), ["10.0.0.2"]);
+        host.set_now(9);
+        assert_eq!(host.store_now(), 9);
+        assert_eq!(host.store_release_by_owner().unwrap(), ["10.0.0.2"]);
+        let e = &host.store_list().unwrap()[0];
+        assert_eq!((e.allocated_at, e.released_at), (5, Some(9)));
+        host.store_set_value("last", Some("10.0.0.2")).unwrap();
+        assert_eq!(
+            host.store_get_value("last").unwrap().as_deref(),
+            Some("10.0.0.2")
+        );
+        host.set_store_error(StoreError::Io("ro".into()));
+        assert!(host.store_reserve("x").is_err());
+    }
+}

@@ -1,0 +1,537 @@
+//! The WIT side: the one `wit_bindgen::generate!` of the SDK, conversions
+//! between generated and plain types, [`WitHost`] / [`WitNs`] (the
+//! [`Host`] / [`Ops`] implementations over the real imports) and the
+//! [`Adapter`] that exports a [`Plugin`]. Plugins export themselves with
+//! [`crate::export_plugin!`].
+
+use std::marker::PhantomData;
+
+use crate::error::CniError;
+use crate::host::{Host, Level, Plugin, StoreEntry, StoreError};
+use crate::net::{Link, LinkSettings, MacvlanMode, NetError, NetResult, Ops, RouteSpec};
+use crate::types::{Attachment, CniResult, Dns, Interface, IpConfig, Request, Route};
+
+/// The generated bindings of world `interface-plugin`.
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod bindings {
+    wit_bindgen::generate!({
+        path: "../../wit",
+        world: "interface-plugin",
+        pub_export_macro: true,
+        runtime_path: "wasm_cni_sdk::__private::wit_bindgen::rt",
+    });
+}
+
+use bindings::cni::plugin::{ipam, log, network as wnet, store, types as wt};
+
+// ---------------------------------------------------------------- types
+
+impl From<wt::Attachment> for Attachment {
+    fn from(a: wt::Attachment) -> Self {
+        Self {
+            container_id: a.container_id,
+            ifname: a.ifname,
+        }
+    }
+}
+
+impl From<wt::Interface> for Interface {
+    fn from(i: wt::Interface) -> Self {
+        Self {
+            name: i.name,
+            mac: i.mac,
+            mtu: i.mtu,
+            sandbox: i.sandbox,
+            socket_path: i.socket_path,
+            pci_id: i.pci_id,
+        }
+    }
+}
+
+impl From<Interface> for wt::Interface {
+    fn from(i: Interface) -> Self {
+        Self {
+            name: i.name,
+            mac: i.mac,
+            mtu: i.mtu,
+            sandbox: i.sandbox,
+            socket_path: i.socket_path,
+            pci_id: i.pci_id,
+        }
+    }
+}
+
+impl From<wt::IpConfig> for IpConfig {
+    fn from(i: wt::IpConfig) -> Self {
+        Self {
+            address: i.address,
+            gateway: i.gateway,
+            interface: i.interface,
+        }
+    }
+}
+
+impl From<IpConfig> for wt::IpConfig {
+    fn from(i: IpConfig) -> Self {
+        Self {
+            address: i.address,
+            gateway: i.gateway,
+            interface: i.interface,
+        }
+    }
+}
+
+impl From<wt::Route> for Route {
+    fn from(r: wt::Route) -> Self {
+        Self {
+            dst: r.dst,
+            gw: r.gw,
+            mtu: r.mtu,
+            advmss: r.advmss,
+            priority: r.priority,
+            table: r.table,
+            scope: r.scope,
+        }
+    }
+}
+
+impl From<Route> for wt::Route {
+    fn from(r: Route) -> Self {
+        Self {
+            dst: r.dst,
+            gw: r.gw,
+            mtu: r.mtu,
+            advmss: r.advmss,
+            priority: r.priority,
+            table: r.table,
+            scope: r.scope,
+        }
+    }
+}
+
+impl From<wt::Dns> for Dns {
+    fn from(d: wt::Dns) -> Self {
+        Self {
+            nameservers: d.nameservers,
+            domain: d.domain,
+            search: d.search,
+            options: d.options,
+        }
+    }
+}
+
+impl From<Dns> for wt::Dns {
+    fn from(d: Dns) -> Self {
+        Self {
+            nameservers: d.nameservers,
+            domain: d.domain,
+            search: d.search,
+            options: d.options,
+        }
+    }
+}
+
+impl From<wt::CniResult> for CniResult {
+    fn from(r: wt::CniResult) -> Self {
+        Self {
+            interfaces: r.interfaces.into_iter().map(Into::into).collect(),
+            ips: r.ips.into_iter().map(Into::into).collect(),
+            routes: r.routes.into_iter().map(Into::into).collect(),
+            dns: r.dns.map(Into::into),
+        }
+    }
+}
+
+impl From<CniResult> for wt::CniResult {
+    fn from(r: CniResult) -> Self {
+        Self {
+            interfaces: r.interfaces.into_iter().map(Into::into).collect(),
+            ips: r.ips.into_iter().map(Into::into).collect(),
+            routes: r.routes.into_iter().map(Into::into).collect(),
+            dns: r.dns.map(Into::into),
+        }
+    }
+}
+
+impl From<wt::Request> for Request {
+    fn from(r: wt::Request) -> Self {
+        Self {
+            container_id: r.container_id,
+            ifname: r.ifname,
+            netns: r.netns,
+            args: r.args,
+            config: r.config,
+            prev_result: r.prev_result.map(Into::into),
+        }
+    }
+}
+
+impl From<wt::Error> for CniError {
+    fn from(e: wt::Error) -> Self {
+        Self {
+            code: e.code,
+            msg: e.msg,
+            details: e.details,
+        }
+    }
+}
+
+impl From<CniError> for wt::Error {
+    fn from(e: CniError) -> Self {
+        Self {
+            code: e.code,
+            msg: e.msg,
+            details: e.details,
+        }
+    }
+}
+
+// -------------------------------------------------------------- network
+
+impl From<wnet::NetError> for NetError {
+    fn from(e: wnet::NetError) -> Self {
+        match e {
+            wnet::NetError::Exists(m) => Self::Exists(m),
+            wnet::NetError::NotFound(m) => Self::NotFound(m),
+            wnet::NetError::Refused(m) => Self::Refused(m),
+            wnet::NetError::Invalid(m) => Self::Invalid(m),
+            wnet::NetError::Kernel((errno, m)) => Self::Kernel(errno, m),
+        }
+    }
+}
+
+fn mode_to_wit(m: MacvlanMode) -> wnet::MacvlanMode {
+    match m {
+        MacvlanMode::Bridge => wnet::MacvlanMode::Bridge,
+        MacvlanMode::Private => wnet::MacvlanMode::Private,
+        MacvlanMode::Vepa => wnet::MacvlanMode::Vepa,
+        MacvlanMode::Passthru => wnet::MacvlanMode::Passthru,
+    }
+}
+
+fn mode_from_wit(m: wnet::MacvlanMode) -> MacvlanMode {
+    match m {
+        wnet::MacvlanMode::Bridge => MacvlanMode::Bridge,
+        wnet::MacvlanMode::Private => MacvlanMode::Private,
+        wnet::MacvlanMode::Vepa => MacvlanMode::Vepa,
+        wnet::MacvlanMode::Passthru => MacvlanMode::Passthru,
+    }
+}
+
+impl From<wnet::Link> for Link {
+    fn from(l: wnet::Link) -> Self {
+        Self {
+            index: l.index,
+            name: l.name,
+            kind: l.kind,
+            mac: l.mac,
+            mtu: l.mtu,
+            up: l.up,
+            oper_up: l.oper_up,
+            master: l.master,
+            peer_index: l.peer_index,
+            promisc: l.promisc,
+            allmulti: l.allmulti,
+            txqlen: l.txqlen,
+            macvlan_mode: l.macvlan_mode.map(mode_from_wit),
+        }
+    }
+}
+
+impl From<wnet::RouteSpec> for RouteSpec {
+    fn from(r: wnet::RouteSpec) -> Self {
+        Self {
+            dst: r.dst,
+            gw: r.gw,
+            dev: r.dev,
+            src: r.src,
+            mtu: r.mtu,
+            advmss: r.advmss,
+            priority: r.priority,
+            table: r.table,
+            scope: r.scope,
+        }
+    }
+}
+
+fn route_to_wit(r: &RouteSpec) -> wnet::RouteSpec {
+    wnet::RouteSpec {
+        dst: r.dst.clone(),
+        gw: r.gw.clone(),
+        dev: r.dev.clone(),
+        src: r.src.clone(),
+        mtu: r.mtu,
+        advmss: r.advmss,
+        priority: r.priority,
+        table: r.table,
+        scope: r.scope,
+    }
+}
+
+fn settings_to_wit(s: &LinkSettings) -> wnet::LinkSettings {
+    wnet::LinkSettings {
+        up: s.up,
+        mtu: s.mtu,
+        mac: s.mac.clone(),
+        master: s.master.clone(),
+        promisc: s.promisc,
+        allmulti: s.allmulti,
+        txqlen: s.txqlen,
+        hairpin: s.hairpin,
+    }
+}
+
+fn address(cidr: &str) -> wnet::Address {
+    wnet::Address {
+        cidr: cidr.to_string(),
+    }
+}
+
+/// A network namespace handle from the host (the WIT `netns` resource).
+pub struct WitNs(wnet::Netns);
+
+impl Ops for WitNs {
+    fn create_veth(
+        &self,
+        name: &str,
+        peer_name: &str,
+        peer_ns: &Self,
+        mtu: Option<u32>,
+        mac: Option<&str>,
+    ) -> NetResult<Link> {
+        Ok(self
+            .0
+            .create_veth(name, peer_name, &peer_ns.0, mtu, mac)?
+            .into())
+    }
+
+    fn ensure_bridge(&self, name: &str, mtu: Option<u32>) -> NetResult<Link> {
+        Ok(self.0.ensure_bridge(name, mtu)?.into())
+    }
+
+    fn create_macvlan(
+        &self,
+        name: &str,
+        master: &str,
+        mode: MacvlanMode,
+        mtu: Option<u32>,
+        mac: Option<&str>,
+        target: &Self,
+    ) -> NetResult<Link> {
+        Ok(self
+            .0
+            .create_macvlan(name, master, mode_to_wit(mode), mtu, mac, &target.0)?
+            .into())
+    }
+
+    fn link_by_name(&self, name: &str) -> NetResult<Link> {
+        Ok(self.0.link_by_name(name)?.into())
+    }
+
+    fn link_by_index(&self, index: u32) -> NetResult<Link> {
+        Ok(self.0.link_by_index(index)?.into())
+    }
+
+    fn list_links(&self) -> NetResult<Vec<Link>> {
+        Ok(self.0.list_links()?.into_iter().map(Into::into).collect())
+    }
+
+    fn set_link(&self, name: &str, settings: &LinkSettings) -> NetResult<Link> {
+        Ok(self.0.set_link(name, &settings_to_wit(settings))?.into())
+    }
+
+    fn delete_link(&self, name: &str) -> NetResult<()> {
+        Ok(self.0.delete_link(name)?)
+    }
+
+    fn add_address(&self, link: &str, cidr: &str) -> NetResult<()> {
+        Ok(self.0.add_address(link, &address(cidr))?)
+    }
+
+    fn del_address(&self, link: &str, cidr: &str) -> NetResult<()> {
+        Ok(self.0.del_address(link, &address(cidr))?)
+    }
+
+    fn list_addresses(&self, link: &str) -> NetResult<Vec<String>> {
+        Ok(self
+            .0
+            .list_addresses(link)?
+            .into_iter()
+            .map(|a| a.cidr)
+            .collect())
+    }
+
+    fn add_route(&self, route: &RouteSpec) -> NetResult<()> {
+        Ok(self.0.add_route(&route_to_wit(route))?)
+    }
+
+    fn del_route(&self, route: &RouteSpec) -> NetResult<()> {
+        Ok(self.0.del_route(&route_to_wit(route))?)
+    }
+
+    fn list_routes(&self, link: &str, table: Option<u32>) -> NetResult<Vec<RouteSpec>> {
+        Ok(self
+            .0
+            .list_routes(link, table)?
+            .into_iter()
+            .map(Into::into)
+            .collect())
+    }
+
+    fn get_sysctl(&self, key: &str) -> NetResult<String> {
+        Ok(self.0.get_sysctl(key)?)
+    }
+
+    fn set_sysctl(&self, key: &str, value: &str) -> NetResult<()> {
+        Ok(self.0.set_sysctl(key, value)?)
+    }
+}
+
+// ----------------------------------------------------------------- host
+
+impl From<store::StoreError> for StoreError {
+    fn from(e: store::StoreError) -> Self {
+        match e {
+            store::StoreError::Refused(m) => Self::Refused(m),
+            store::StoreError::Io(m) => Self::Io(m),
+        }
+    }
+}
+
+/// The real host: every call is a WIT import.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WitHost;
+
+impl Host for WitHost {
+    type Ns = WitNs;
+
+    fn container_netns(&self) -> Result<WitNs, NetError> {
+        Ok(WitNs(wnet::container_netns()?))
+    }
+
+    fn node_netns(&self) -> Result<WitNs, NetError> {
+        Ok(WitNs(wnet::node_netns()?))
+    }
+
+    fn ipam_add(&self) -> Result<CniResult, CniError> {
+        Ok(ipam::add()?.into())
+    }
+
+    fn ipam_del(&self) -> Result<(), CniError> {
+        Ok(ipam::del()?)
+    }
+
+    fn ipam_check(&self) -> Result<(), CniError> {
+        Ok(ipam::check()?)
+    }
+
+    fn ipam_status(&self) -> Result<(), CniError> {
+        Ok(ipam::status()?)
+    }
+
+    fn ipam_gc(&self) -> Result<(), CniError> {
+        Ok(ipam::gc()?)
+    }
+
+    fn store_reserve(&self, key: &str) -> Result<bool, StoreError> {
+        Ok(store::reserve(key)?)
+    }
+
+    fn store_release_by_owner(&self) -> Result<Vec<String>, StoreError> {
+        Ok(store::release_by_owner()?)
+    }
+
+    fn store_release(&self, key: &str) -> Result<bool, StoreError> {
+        Ok(store::release(key)?)
+    }
+
+    fn store_get_by_owner(&self) -> Result<Vec<String>, StoreError> {
+        Ok(store::get_by_owner()?)
+    }
+
+    fn store_list(&self) -> Result<Vec<StoreEntry>, StoreError> {
+        Ok(store::list()?
+            .into_iter()
+            .map(|e| StoreEntry {
+                key: e.key,
+                owner: e.owner.into(),
+                allocated_at: e.allocated_at,
+                released_at: e.released_at,
+            })
+            .collect())
+    }
+
+    fn store_now(&self) -> u64 {
+        store::now()
+    }
+
+    fn store_get_value(&self, name: &str) -> Result<Option<String>, StoreError> {
+        Ok(store::get_value(name)?)
+    }
+
+    fn store_set_value(&self, name: &str, value: Option<&str>) -> Result<(), StoreError> {
+        Ok(store::set_value(name, value)?)
+    }
+
+    fn log(&self, level: Level, message: &str) {
+        let level = match level {
+            Level::Error => log::Level::Error,
+            Level::Warn => log::Level::Warn,
+            Level::Info => log::Level::Info,
+            Level::Debug => log::Level::Debug,
+        };
+        log::log(level, message);
+    }
+}
+
+// --------------------------------------------------------------- export
+
+/// Implements the generated `Guest` trait for any [`Plugin`].
+pub struct Adapter<P>(PhantomData<P>);
+
+impl<P: Plugin> bindings::exports::cni::plugin::plugin::Guest for Adapter<P> {
+    fn add(req: wt::Request) -> Result<wt::CniResult, wt::Error> {
+        P::add(&WitHost, &req.into())
+            .map(Into::into)
+            .map_err(Into::into)
+    }
+
+    fn del(req: wt::Request) -> Result<(), wt::Error> {
+        P::del(&WitHost, &req.into()).map_err(Into::into)
+    }
+
+    fn check(req: wt::Request) -> Result<(), wt::Error> {
+        P::check(&WitHost, &req.into()).map_err(Into::into)
+    }
+
+    fn status(config: String) -> Result<(), wt::Error> {
+        P::status(&WitHost, &config).map_err(Into::into)
+    }
+
+    fn gc(config: String, valid_attachments: Vec<wt::Attachment>) -> Result<(), wt::Error> {
+        let valid: Vec<Attachment> = valid_attachments.into_iter().map(Into::into).collect();
+        P::gc(&WitHost, &config, &valid).map_err(Into::into)
+    }
+}
+
+/// Exports `$plugin` (a type implementing [`Plugin`]) as the component's
+/// `cni:plugin/plugin` interface.
+///
+/// The export symbols (`cni:plugin/plugin@0.1.0#add`, ...) are only emitted
+/// for wasm32: a native `cdylib` cannot carry such names (the linker's
+/// version script rejects them), so natively the macro only checks that the
+/// adapter implements the generated `Guest` trait.
+#[macro_export]
+macro_rules! export_plugin {
+    ($plugin:ty) => {
+        #[cfg(target_arch = "wasm32")]
+        type __WasmCniExport = $crate::guest::Adapter<$plugin>;
+        #[cfg(target_arch = "wasm32")]
+        $crate::guest::bindings::export!(__WasmCniExport with_types_in $crate::guest::bindings);
+        #[cfg(not(target_arch = "wasm32"))]
+        const _: fn() = || {
+            fn exportable<T: $crate::guest::bindings::exports::cni::plugin::plugin::Guest>() {}
+            exportable::<$crate::guest::Adapter<$plugin>>();
+        };
+    };
+}

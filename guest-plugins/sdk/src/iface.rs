@@ -1,0 +1,303 @@
+//! The reference `ipam.ConfigureIface` and small helpers around IPAM
+//! results.
+
+use std::net::IpAddr;
+
+use crate::error::CniError;
+use crate::ip::{parse_ip, Family, IpNet};
+use crate::net::{iface_sysctl, NetError, Ops, RouteSpec};
+use crate::types::{CniResult, IpConfig};
+
+/// Parses an `ips[].address`, naming the field on error (code 999: results
+/// come from IPAM plugins, not the user's config).
+pub fn parse_address(ipc: &IpConfig) -> Result<IpNet, CniError> {
+    ipc.address
+        .parse()
+        .map_err(|e| CniError::internal(format!("IPAM result: {e}")))
+}
+
+/// Parses an `ips[].gateway`, if any.
+pub fn parse_gateway(ipc: &IpConfig) -> Result<Option<IpAddr>, CniError> {
+    ipc.gateway
+        .as_deref()
+        .map(|g| parse_ip(g).map_err(|e| CniError::internal(format!("IPAM result: gateway: {e}"))))
+        .transpose()
+}
+
+/// The IPAM result must carry at least one IP (reference message).
+pub fn require_ips(result: &CniResult) -> Result<(), CniError> {
+    if result.ips.is_empty() {
+        return Err(CniError::internal("IPAM plugin returned missing IP config"));
+    }
+    Ok(())
+}
+
+/// The address families present in `result.ips`, in first-seen order.
+pub fn families(result: &CniResult) -> Result<Vec<Family>, CniError> {
+    let mut out = Vec::new();
+    for ipc in &result.ips {
+        let family = parse_address(ipc)?.family();
+        if !out.contains(&family) {
+            out.push(family);
+        }
+    }
+    Ok(out)
+}
+
+/// Turns on forwarding for each family (Go `ip.EnableForward`), in the
+/// namespace given (normally the node's).
+pub fn enable_forwarding<N: Ops>(ns: &N, families: &[Family]) -> Result<(), CniError> {
+    for family in families {
+        let key = family.forwarding_sysctl();
+        if ns.get_sysctl(key).is_ok_and(|v| v.trim() == "1") {
+            continue;
+        }
+        ns.set_sysctl(key, "1")
+            .map_err(|e| e.into_cni(format_args!("failed to enable forwarding ({key}=1)")))?;
+    }
+    Ok(())
+}
+
+/// The reference `ipam.ConfigureIface(ifname, result)`, run against `ns`:
+///
+/// * ips without `interface` are skipped; an index pointing elsewhere is an
+///   error (`invalid interface index`);
+/// * before the first IPv6 address: `disable_ipv6=0` on `lo` and the
+///   interface (only if not already 0; a read failure is skipped) and
+///   `keep_addr_on_down=1` on the interface;
+/// * each address is added, then the link is set up;
+/// * each route is added on the interface, `gw` defaulting to the first
+///   gateway of the same family among the ips; `priority`, `table`,
+///   `scope` are honoured, and unlike the reference so are `mtu` and
+///   `advmss` (the WIT route-spec carries them).
+///
+/// Differences: no 5 s wait for IPv6 DAD to settle (a guest has no clock;
+/// plugins disable DAD on the container side where the reference does).
+pub fn configure_iface<N: Ops>(ns: &N, ifname: &str, result: &CniResult) -> Result<(), CniError> {
+    if result.interfaces.is_empty() {
+        return Err(CniError::internal("no interfaces to configure"));
+    }
+    ns.link_by_name(ifname)
+        .map_err(|e| e.into_cni(format_args!("failed to lookup {ifname:?}")))?;
+
+    let mut v4gw: Option<IpAddr> = None;
+    let mut v6gw: Option<IpAddr> = None;
+    let mut ipv6_enabled = false;
+    for ipc in &result.ips {
+        let Some(index) = ipc.interface else {
+            continue;
+        };
+        let points_here = usize::try_from(index)
+            .ok()
+            .and_then(|i| result.interfaces.get(i))
+            .is_some_and(|iface| iface.name == ifname);
+        if !points_here {
+            return Err(CniError::internal(format!(
+                "failed to add IP addr {} to {ifname:?}: invalid interface index",
+                ipc.address
+            )));
+        }
+        let addr = parse_address(ipc)?;
+        if !ipv6_enabled && addr.family() == Family::V6 {
+            enable_ipv6(ns, ifname)?;
+            ipv6_enabled = true;
+        }
+        ns.add_address(ifname, &addr.to_string()).map_err(|e| {
+            e.into_cni(format_args!(
+                "failed to add IP addr {} to {ifname:?}",
+                ipc.address
+            ))
+        })?;
+        if let Some(gw) = parse_gateway(ipc)? {
+            match Family::of(&gw) {
+                Family::V4 => {
+                    v4gw.get_or_insert(gw);
+                }
+                Family::V6 => {
+                    v6gw.get_or_insert(gw);
+                }
+            }
+        }
+    }
+
+    ns.set_up(ifname)
+        .map_err(|e| e.into_cni(format_args!("failed to set {ifname:?} UP")))?;
+
+    for route in &result.routes {
+        let dst: IpNet = route
+            .dst
+            .parse()
+            .map_err(|e| CniError::internal(format!("route: {e}")))?;
+        let gw = match &route.gw {
+            Some(gw) => Some(gw.clone()),
+            None => match dst.family() {
+                Family::V4 => v4gw.map(|g| g.to_string()),
+                Family::V6 => v6gw.map(|g| g.to_string()),
+            },
+        };
+        let spec = RouteSpec {
+            dst: dst.network().to_string(),
+            gw: gw.clone(),
+            dev: Some(ifname.to_string()),
+            src: None,
+            mtu: route.mtu,
+            advmss: route.advmss,
+            priority: route.priority,
+            table: route.table,
+            scope: route.scope,
+        };
+        ns.add_route(&spec).map_err(|e| {
+            e.into_cni(format_args!(
+                "failed to add route '{} via {} dev {ifname} metric {}'",
+                route.dst,
+                gw.as_deref().unwrap_or("<nil>"),
+                route.priority.unwrap_or(0)
+            ))
+        })?;
+    }
+    Ok(())
+}
+
+fn enable_ipv6<N: Ops>(ns: &N, ifname: &str) -> Result<(), CniError> {
+    for iface in ["lo", ifname] {
+        let key = iface_sysctl("ipv6", iface, "disable_ipv6");
+        match ns.get_sysctl(&key) {
+            // The reference logs and skips an unreadable sysctl.
+            Err(_) => continue,
+            Ok(v) if v.trim() == "0" => continue,
+            Ok(old) => ns.set_sysctl(&key, "0").map_err(|e| {
+                e.into_cni(format_args!(
+                    "failed to enable IPv6 for interface {iface:?} ({key}={})",
+                    old.trim()
+                ))
+            })?,
+        }
+    }
+    let key = iface_sysctl("ipv6", ifname, "keep_addr_on_down");
+    ns.set_sysctl(&key, "1").map_err(|e| {
+        e.into_cni(format_args!(
+            "failed to enable keep_addr_on_down for interface {ifname:?}"
+        ))
+    })
+}
+
+/// Sets a sysctl, ignoring failure (the reference ignores these writes'
+/// errors: `accept_dad`, `arp_notify`, `accept_ra`, `ndisc_notify`).
+pub fn try_sysctl<N: Ops>(ns: &N, key: &str, value: &str) -> Option<NetError> {
+    ns.set_sysctl(key, value).err()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake::{ipam_result, FakeHost, NsId};
+    use crate::net::Ops;
+    use crate::types::{Interface, Route};
+
+    fn setup() -> (FakeHost, crate::fake::FakeNs) {
+        let host = FakeHost::new("eth0");
+        let (c, n) = (host.ns(NsId::Container), host.ns(NsId::Node));
+        c.create_veth("eth0", "vethx", &n, None, None).unwrap();
+        (host, c)
+    }
+
+    fn result(ips: &[(&str, Option<&str>)], routes: &[&str], index: Option<u32>) -> CniResult {
+        let mut r = ipam_result(ips, routes);
+        r.interfaces = vec![Interface {
+            name: "eth0".into(),
+            ..Interface::default()
+        }];
+        for ip in &mut r.ips {
+            ip.interface = index;
+        }
+        r
+    }
+
+    #[test]
+    fn gateways_default_per_family_and_route_fields_pass_through() {
+        let (host, c) = setup();
+        let mut r = result(
+            &[
+                ("10.0.0.2/24", Some("10.0.0.1")),
+                ("10.0.0.3/24", Some("10.0.0.9")),
+                ("2001:db8::2/64", Some("2001:db8::1")),
+            ],
+            &["0.0.0.0/0", "::/0", "192.168.0.0/16"],
+            Some(0),
+        );
+        r.routes[2].gw = Some("10.0.0.9".into());
+        r.routes[2].priority = Some(10);
+        r.routes.push(Route {
+            dst: "172.16.0.0/12".into(),
+            table: Some(100),
+            ..Route::default()
+        });
+        configure_iface(&c, "eth0", &r).unwrap();
+        assert_eq!(
+            host.addresses(NsId::Container, "eth0"),
+            ["10.0.0.2/24", "10.0.0.3/24", "2001:db8::2/64"]
+        );
+        assert!(host.link(NsId::Container, "eth0").unwrap().up);
+        let routes = host.routes(NsId::Container);
+        for want in [
+            "0.0.0.0/0 via 10.0.0.1 dev eth0",
+            "::/0 via 2001:db8::1 dev eth0",
+            "192.168.0.0/16 via 10.0.0.9 dev eth0",
+            "172.16.0.0/12 via 10.0.0.1 dev eth0 table 100",
+        ] {
+            assert!(
+                routes.contains(&want.to_string()),
+                "{want} not in {routes:?}"
+            );
+        }
+        assert_eq!(
+            host.sysctl(NsId::Container, "net.ipv6.conf.eth0.keep_addr_on_down")
+                .as_deref(),
+            Some("1")
+        );
+    }
+
+    #[test]
+    fn ips_without_index_are_skipped_and_a_wrong_index_fails() {
+        let (host, c) = setup();
+        configure_iface(&c, "eth0", &result(&[("10.0.0.2/24", None)], &[], None)).unwrap();
+        assert!(host.addresses(NsId::Container, "eth0").is_empty());
+        let e = configure_iface(&c, "eth0", &result(&[("10.0.0.2/24", None)], &[], Some(3)))
+            .unwrap_err();
+        assert_eq!(
+            e.msg,
+            "failed to add IP addr 10.0.0.2/24 to \"eth0\": invalid interface index"
+        );
+        let mut none = result(&[], &[], None);
+        none.interfaces.clear();
+        assert_eq!(
+            configure_iface(&c, "eth0", &none).unwrap_err().msg,
+            "no interfaces to configure"
+        );
+        let e = configure_iface(&c, "eth1", &result(&[], &[], None)).unwrap_err();
+        assert!(e.msg.starts_with("failed to lookup \"eth1\""), "{}", e.msg);
+    }
+
+    #[test]
+    fn ipv4_only_leaves_ipv6_sysctls_alone() {
+        let (host, c) = setup();
+        host.set_sysctl(NsId::Container, "net.ipv6.conf.eth0.disable_ipv6", "1");
+        configure_iface(&c, "eth0", &result(&[("10.0.0.2/24", None)], &[], Some(0))).unwrap();
+        assert_eq!(
+            host.sysctl(NsId::Container, "net.ipv6.conf.eth0.disable_ipv6")
+                .as_deref(),
+            Some("1")
+        );
+        configure_iface(
+            &c,
+            "eth0",
+            &result(&[("2001:db8::2/64", None)], &[], Some(0)),
+        )
+        .unwrap();
+        assert_eq!(
+            host.sysctl(NsId::Container, "net.ipv6.conf.eth0.disable_ipv6")
+                .as_deref(),
+            Some("0")
+        );
+    }
+}

@@ -1,0 +1,306 @@
+//! IP and CIDR math for v4 and v6 (what Go's `net.IPNet` and the plugins'
+//! `ip` package provide).
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::str::FromStr;
+
+/// The address family of an IP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Family {
+    V4,
+    V6,
+}
+
+impl Family {
+    pub fn of(ip: &IpAddr) -> Self {
+        match ip {
+            IpAddr::V4(_) => Self::V4,
+            IpAddr::V6(_) => Self::V6,
+        }
+    }
+
+    /// Bits in an address of this family.
+    pub fn bits(self) -> u8 {
+        match self {
+            Self::V4 => 32,
+            Self::V6 => 128,
+        }
+    }
+
+    /// The default route destination: `0.0.0.0/0` or `::/0`.
+    pub fn default_route(self) -> IpNet {
+        match self {
+            Self::V4 => IpNet::new_unchecked(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
+            Self::V6 => IpNet::new_unchecked(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0),
+        }
+    }
+
+    /// The node-wide forwarding sysctl for this family.
+    pub fn forwarding_sysctl(self) -> &'static str {
+        match self {
+            Self::V4 => "net.ipv4.ip_forward",
+            Self::V6 => "net.ipv6.conf.all.forwarding",
+        }
+    }
+}
+
+/// An address with a prefix length; the address keeps its host bits
+/// (`10.1.2.3/24`), like a Go `net.IPNet` from `ParseCIDR` with `IP` reset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct IpNet {
+    addr: IpAddr,
+    prefix: u8,
+}
+
+/// Why a CIDR or IP did not parse.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParseError(pub String);
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ParseError {}
+
+impl IpNet {
+    /// `None` if `prefix` exceeds the family's bit count.
+    pub fn new(addr: IpAddr, prefix: u8) -> Option<Self> {
+        (prefix <= Family::of(&addr).bits()).then_some(Self { addr, prefix })
+    }
+
+    fn new_unchecked(addr: IpAddr, prefix: u8) -> Self {
+        Self { addr, prefix }
+    }
+
+    /// A host prefix: `/32` or `/128`.
+    pub fn host(addr: IpAddr) -> Self {
+        Self {
+            addr,
+            prefix: Family::of(&addr).bits(),
+        }
+    }
+
+    pub fn addr(&self) -> IpAddr {
+        self.addr
+    }
+
+    pub fn prefix(&self) -> u8 {
+        self.prefix
+    }
+
+    pub fn family(&self) -> Family {
+        Family::of(&self.addr)
+    }
+
+    /// True for `0.0.0.0/0` and `::/0`.
+    pub fn is_default(&self) -> bool {
+        self.prefix == 0 && self.addr.is_unspecified()
+    }
+
+    /// The same prefix with the host bits cleared (`10.1.2.0/24`).
+    pub fn network(&self) -> Self {
+        let bits = self.family().bits();
+        let value = to_u128(self.addr) & mask(bits, self.prefix);
+        Self {
+            addr: from_u128(self.family(), value),
+            prefix: self.prefix,
+        }
+    }
+
+    /// Whether `ip` is inside this prefix (same family only).
+    pub fn contains(&self, ip: &IpAddr) -> bool {
+        if Family::of(ip) != self.family() {
+            return false;
+        }
+        let m = mask(self.family().bits(), self.prefix);
+        to_u128(*ip) & m == to_u128(self.addr) & m
+    }
+
+    /// Whether the two prefixes overlap (one contains the other's network).
+    pub fn overlaps(&self, other: &IpNet) -> bool {
+        self.contains(&other.addr) || other.contains(&self.addr)
+    }
+
+    /// Same family and same network.
+    pub fn same_subnet(&self, other: &IpNet) -> bool {
+        self.prefix == other.prefix && self.network() == other.network()
+    }
+
+    /// The conventional gateway: network address + 1 (Go `calcGatewayIP`).
+    pub fn gateway(&self) -> IpAddr {
+        next_ip(self.network().addr)
+    }
+
+    /// `addr` with this prefix length.
+    pub fn with_addr(&self, addr: IpAddr) -> Option<Self> {
+        Self::new(addr, self.prefix)
+    }
+}
+
+impl FromStr for IpNet {
+    type Err = ParseError;
+
+    /// Parses `addr/prefix` (CIDR notation only).
+    fn from_str(s: &str) -> Result<Self, ParseError> {
+        let invalid = || ParseError(format!("invalid CIDR address: {s}"));
+        let (addr, prefix) = s.split_once('/').ok_or_else(invalid)?;
+        let addr: IpAddr = addr.parse().map_err(|_| invalid())?;
+        if prefix.is_empty() || !prefix.bytes().all(|b| b.is_ascii_digit()) || prefix.len() > 3 {
+            return Err(invalid());
+        }
+        let prefix: u8 = prefix.parse().map_err(|_| invalid())?;
+        Self::new(addr, prefix).ok_or_else(invalid)
+    }
+}
+
+impl fmt::Display for IpNet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+/// Parses a plain IP address (no prefix).
+pub fn parse_ip(s: &str) -> Result<IpAddr, ParseError> {
+    s.trim()
+        .parse()
+        .map_err(|_| ParseError(format!("invalid IP address: {s}")))
+}
+
+/// Parses `ip` or `ip/prefix`; a bare IP gets a host prefix.
+pub fn parse_ip_or_cidr(s: &str) -> Result<IpNet, ParseError> {
+    if s.contains('/') {
+        s.parse()
+    } else {
+        parse_ip(s).map(IpNet::host)
+    }
+}
+
+/// The address after `ip` (wrapping at the end of the family's space).
+pub fn next_ip(ip: IpAddr) -> IpAddr {
+    let family = Family::of(&ip);
+    let value = to_u128(ip).wrapping_add(1) & mask(family.bits(), family.bits());
+    from_u128(family, value)
+}
+
+fn to_u128(ip: IpAddr) -> u128 {
+    match ip {
+        IpAddr::V4(v4) => u128::from(u32::from(v4)),
+        IpAddr::V6(v6) => u128::from(v6),
+    }
+}
+
+fn from_u128(family: Family, value: u128) -> IpAddr {
+    match family {
+        // The value was masked to 32 bits by every caller.
+        Family::V4 => IpAddr::V4(Ipv4Addr::from(u32::try_from(value).unwrap_or(u32::MAX))),
+        Family::V6 => IpAddr::V6(Ipv6Addr::from(value)),
+    }
+}
+
+/// A mask of `prefix` leading ones within `bits` bits.
+fn mask(bits: u8, prefix: u8) -> u128 {
+    let all: u128 = if bits >= 128 {
+        u128::MAX
+    } else {
+        (1u128 << bits) - 1
+    };
+    if prefix == 0 {
+        return 0;
+    }
+    let host_bits = u32::from(bits.saturating_sub(prefix));
+    all & !(1u128.checked_shl(host_bits).map_or(u128::MAX, |v| v - 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn net(s: &str) -> IpNet {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn network_and_gateway_v4() {
+        let n = net("10.1.2.3/24");
+        assert_eq!(n.network().to_string(), "10.1.2.0/24");
+        assert_eq!(n.gateway().to_string(), "10.1.2.1");
+        assert_eq!(n.to_string(), "10.1.2.3/24");
+        assert_eq!(net("10.200.9.2/30").network().to_string(), "10.200.9.0/30");
+        assert_eq!(net("10.0.0.7/32").network().to_string(), "10.0.0.7/32");
+        assert_eq!(net("10.0.0.7/0").network().to_string(), "0.0.0.0/0");
+    }
+
+    #[test]
+    fn network_and_gateway_v6() {
+        let n = net("2001:db8::5/64");
+        assert_eq!(n.network().to_string(), "2001:db8::/64");
+        assert_eq!(n.gateway().to_string(), "2001:db8::1");
+        assert_eq!(
+            net("2001:db8:1::999/128").network().to_string(),
+            "2001:db8:1::999/128"
+        );
+        assert_eq!(net("fe80::1/10").network().to_string(), "fe80::/10");
+    }
+
+    #[test]
+    fn contains_and_same_subnet() {
+        let n = net("10.1.2.3/24");
+        assert!(n.contains(&parse_ip("10.1.2.200").unwrap()));
+        assert!(!n.contains(&parse_ip("10.1.3.1").unwrap()));
+        assert!(!n.contains(&parse_ip("2001:db8::1").unwrap()));
+        assert!(n.same_subnet(&net("10.1.2.1/24")));
+        assert!(!n.same_subnet(&net("10.1.2.1/16")));
+        assert!(net("10.0.0.1/8").overlaps(&net("10.1.2.3/16")));
+        assert!(!net("2001:db8::1/64").overlaps(&net("2001:db9::1/64")));
+    }
+
+    #[test]
+    fn parse_rejects_garbage() {
+        for bad in [
+            "10.1.2.3",
+            "10.1.2.3/33",
+            "10.1.2.3/",
+            "x/24",
+            "::1/129",
+            "10.1.2.3/+4",
+            "1.2.3.4/024x",
+        ] {
+            assert!(bad.parse::<IpNet>().is_err(), "{bad}");
+        }
+        assert_eq!(
+            parse_ip_or_cidr("10.1.2.88").unwrap().to_string(),
+            "10.1.2.88/32"
+        );
+        assert_eq!(
+            parse_ip_or_cidr("2001:db8::1").unwrap().to_string(),
+            "2001:db8::1/128"
+        );
+    }
+
+    #[test]
+    fn next_ip_wraps_and_carries() {
+        assert_eq!(
+            next_ip(parse_ip("10.0.0.255").unwrap()).to_string(),
+            "10.0.1.0"
+        );
+        assert_eq!(
+            next_ip(parse_ip("255.255.255.255").unwrap()).to_string(),
+            "0.0.0.0"
+        );
+        assert_eq!(
+            next_ip(parse_ip("2001:db8::ffff").unwrap()).to_string(),
+            "2001:db8::1:0"
+        );
+    }
+
+    #[test]
+    fn default_routes() {
+        assert!(net("0.0.0.0/0").is_default());
+        assert!(net("::/0").is_default());
+        assert!(!net("10.0.0.0/0").is_default());
+        assert_eq!(Family::V6.default_route().to_string(), "::/0");
+    }
+}
