@@ -90,7 +90,8 @@ fn dispatch(inv: &cni::Invocation, conf: config::NetConf) -> Result<String, Host
         records,
         store,
         Box::new(KernelNet::new()),
-    );
+    )
+    .with_cni_path(inv.path.clone());
     let att = Attachment {
         container_id: inv.container_id.clone(),
         ifname: inv.ifname.clone(),

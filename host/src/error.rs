@@ -182,8 +182,10 @@ mod tests {
         let c = CniError::from(HostError::from(CallError::NotFound {
             plugin: "nope".into(),
             dir: "/opt/cni/wasm".into(),
+            cni_path: vec!["/opt/cni/bin".into()],
         }));
         assert_eq!(c.code, 7);
         assert!(c.msg.contains("nope") && c.msg.contains("/opt/cni/wasm"));
+        assert!(c.msg.contains("CNI_PATH [/opt/cni/bin]"), "{}", c.msg);
     }
 }

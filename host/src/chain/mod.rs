@@ -8,11 +8,13 @@
 //! failing plugin made is released even if its own DEL cannot run. The
 //! runtime's DEL after a failed ADD then finds nothing left to do.
 
+mod native;
 mod services;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -22,7 +24,7 @@ use crate::cni::Command;
 use crate::error::HostError;
 use crate::log;
 use crate::net::{Net, NetError, NsRef};
-use crate::sandbox::{convert, wit, Call, CreatedLinks, Limits, NetAccess, Runtime};
+use crate::sandbox::{convert, wit, Call, CallError, CreatedLinks, Limits, NetAccess, Runtime};
 use crate::state::{now_ms, AttachmentRecord, AttachmentRecords, RECORD_KIND};
 use crate::store::StateStore;
 use services::StepServices;
@@ -44,6 +46,8 @@ pub struct Executor {
     net: Arc<Mutex<Box<dyn Net>>>,
     /// Links the current attachment's plugins created, across steps.
     created: Arc<Mutex<CreatedLinks>>,
+    /// Where native plugins are looked for (CNI_PATH).
+    cni_path: Vec<PathBuf>,
 }
 
 /// What a chain step runs with.
@@ -68,7 +72,14 @@ impl Executor {
             store,
             net: Arc::new(Mutex::new(net)),
             created: Arc::default(),
+            cni_path: Vec::new(),
         }
+    }
+
+    /// Let `type`s without a component run as executables from `cni_path`.
+    pub fn with_cni_path(mut self, cni_path: Vec<PathBuf>) -> Self {
+        self.cni_path = cni_path;
+        self
     }
 
     pub fn conf(&self) -> &NetConf {
@@ -100,7 +111,8 @@ impl Executor {
                     )))
                 }
                 Err((err, ipam_held)) => {
-                    self.rollback(att, index, prev.as_ref(), ipam_held);
+                    let reported = reported_by_plugin(&err);
+                    self.rollback(att, index, prev.as_ref(), Some((reported, ipam_held)));
                     return Err(err);
                 }
             }
@@ -123,44 +135,61 @@ impl Executor {
         if let Err(e) = self.records.save(&record) {
             // Without the record a later DEL could not find what to undo.
             let err = HostError::state("saving the attachment record", e);
-            self.rollback(att, self.conf.chain.len() - 1, Some(&result), None);
+            self.rollback(att, self.conf.chain.len(), Some(&result), None);
             return Err(err);
         }
         Ok(result)
     }
 
-    /// DEL every plugin from `failed` down to the first, after a failed ADD.
+    /// Undo a failed ADD. The plugins before the failed one completed, so
+    /// each gets a DEL, in reverse. The failed plugin gets one only if the
+    /// host stopped it (trap, deadline, limit): a plugin that returned its
+    /// error has cleaned up after itself, and a DEL could destroy what was
+    /// never its own (an interface that already bore CNI_IFNAME, say).
+    /// Either way, an IPAM allocation it still holds is released.
     fn rollback(
         &self,
         att: &Attachment,
-        failed: usize,
+        completed: usize,
         partial: Option<&CniResult>,
-        ipam_held: Option<String>,
+        failed: Option<(bool, Option<String>)>,
     ) {
-        for index in (0..=failed).rev() {
-            let entry = &self.conf.chain[index];
+        let mut order: Vec<usize> = (0..completed).rev().collect();
+        if let Some((reported, ipam_held)) = &failed {
             let step = Step {
-                index,
-                entry,
+                index: completed,
+                entry: &self.conf.chain[completed],
                 command: Command::Del,
             };
-            let released = match self.run(&step, att, partial, None) {
-                Ok(_) => true,
-                Err((e, _)) => {
-                    log::warn(format_args!("rollback of chain[{index}] failed: {e}"));
-                    false
+            let released = if *reported {
+                false
+            } else {
+                match self.run(&step, att, partial, None) {
+                    Ok(_) => true,
+                    Err((e, _)) => {
+                        log::warn(format_args!("rollback of chain[{completed}] failed: {e}"));
+                        false
+                    }
                 }
             };
-            // The failed plugin may have allocated an address and then died
-            // before it could release it; its DEL may die the same way.
-            if index == failed && !released {
-                if let Some(ipam_type) = &ipam_held {
+            if !released {
+                if let Some(ipam_type) = ipam_held {
                     if let Err(e) = self.release_ipam(&step, att, ipam_type) {
                         log::warn(format_args!(
                             "releasing {ipam_type} after a failed ADD: {e}"
                         ));
                     }
                 }
+            }
+        }
+        for index in order.drain(..) {
+            let step = Step {
+                index,
+                entry: &self.conf.chain[index],
+                command: Command::Del,
+            };
+            if let Err((e, _)) = self.run(&step, att, partial, None) {
+                log::warn(format_args!("rollback of chain[{index}] failed: {e}"));
             }
         }
     }
@@ -171,8 +200,8 @@ impl Executor {
         att: &Attachment,
         ipam_type: &str,
     ) -> Result<(), HostError> {
-        let config = self.plugin_config(step, None)?;
-        self.services(step.entry, Command::Del, &config, att, None)
+        let request = request_for(att, self.plugin_config(step, None)?, None);
+        self.services(step.entry, Command::Del, &request, att, None)
             .run_ipam_direct(ipam_type)
     }
 
@@ -355,13 +384,23 @@ impl Executor {
 
     fn net_access(&self, entry: &ChainEntry, att: &Attachment) -> NetAccess {
         // The node links a plugin may change are the ones its own config
-        // names, under the keys the reference plugins use for them.
-        let config_named: BTreeSet<String> = ["bridge", "master"]
+        // names, under the keys the reference plugins use for them, or the
+        // reference default when the key is absent (bridge: cni0).
+        let named = |key: &str| {
+            entry
+                .raw
+                .get(key)
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+        };
+        let mut config_named: BTreeSet<String> = ["bridge", "master"]
             .iter()
-            .filter_map(|k| entry.raw.get(*k).and_then(Value::as_str))
-            .filter(|s| !s.is_empty())
+            .filter_map(|k| named(k))
             .map(str::to_string)
             .collect();
+        if entry.plugin_type == "bridge" && named("bridge").is_none() {
+            config_named.insert("cni0".into());
+        }
         NetAccess {
             backend: self.net.clone(),
             container_path: att
@@ -371,6 +410,7 @@ impl Executor {
                 .map(PathBuf::from),
             ifname: att.ifname.clone(),
             config_named,
+            default_master: named("master").is_none(),
             created: self.created.clone(),
         }
     }
@@ -397,7 +437,7 @@ impl Executor {
         &self,
         entry: &ChainEntry,
         command: Command,
-        config: &str,
+        request: &wit::Request,
         att: &Attachment,
         valid: Option<&[wit::Attachment]>,
     ) -> StepServices {
@@ -405,11 +445,11 @@ impl Executor {
             self.runtime.clone(),
             self.store.clone(),
             Some(self.net_access(entry, att)),
+            &self.cni_path,
             &self.conf.name,
             entry,
             command,
-            config,
-            att,
+            request,
             valid,
         )
     }
@@ -442,19 +482,42 @@ impl Executor {
     ) -> Result<Option<CniResult>, (HostError, Option<String>)> {
         let at = |e: HostError| (e.in_step(step.index, &step.entry.plugin_type), None);
         let config = self.plugin_config(step, prev).map_err(at)?;
-        let plugin = self
+        let plugin = match self
             .runtime
             .load(&step.entry.plugin_type, step.entry.limits.sha256.as_deref())
-            .map_err(|e| at(e.into()))?;
-        let request = wit::Request {
-            container_id: att.container_id.clone(),
-            ifname: att.ifname.clone(),
-            netns: att.netns.clone(),
-            args: att.args.clone(),
-            config: config.clone(),
-            prev_result: prev.map(convert::to_wit),
+        {
+            Ok(p) => p,
+            Err(CallError::NotFound { plugin, dir, .. }) => {
+                let Some(path) = native::find(&self.cni_path, &plugin) else {
+                    return Err(at(CallError::NotFound {
+                        plugin,
+                        dir,
+                        cni_path: self.cni_path.clone(),
+                    }
+                    .into()));
+                };
+                log::debug(format_args!(
+                    "chain[{}] {plugin}: native {}",
+                    step.index,
+                    path.display()
+                ));
+                let deadline = Limits::resolve(&step.entry.limits).deadline_ms;
+                return native::exec(
+                    &path,
+                    &plugin,
+                    step.command,
+                    att,
+                    &self.cni_path,
+                    &config,
+                    &self.conf.cni_version,
+                    Duration::from_millis(deadline),
+                )
+                .map_err(at);
+            }
+            Err(e) => return Err(at(e.into())),
         };
-        let services = Arc::new(self.services(step.entry, step.command, &config, att, valid));
+        let request = request_for(att, config.clone(), prev);
+        let services = Arc::new(self.services(step.entry, step.command, &request, att, valid));
         let call = match step.command {
             Command::Add => Call::Add(&request),
             Command::Del => Call::Del(&request),
@@ -490,6 +553,27 @@ impl Executor {
                 services.ipam_held(),
             )),
         }
+    }
+}
+
+/// Whether a failure is the plugin's own answer (it returned an error), as
+/// opposed to the host stopping it.
+fn reported_by_plugin(e: &HostError) -> bool {
+    match e {
+        HostError::InStep { source, .. } => reported_by_plugin(source),
+        HostError::Call(CallError::Plugin { .. }) => true,
+        _ => false,
+    }
+}
+
+fn request_for(att: &Attachment, config: String, prev: Option<&CniResult>) -> wit::Request {
+    wit::Request {
+        container_id: att.container_id.clone(),
+        ifname: att.ifname.clone(),
+        netns: att.netns.clone(),
+        args: att.args.clone(),
+        config,
+        prev_result: prev.map(convert::to_wit),
     }
 }
 

@@ -2,15 +2,17 @@
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use serde_json::Value;
 
-use super::Attachment;
+use super::{native, Attachment};
 use crate::cni::config::{ChainEntry, Limits as ConfLimits};
 use crate::cni::{CniError, Command, ErrorCode};
 use crate::error::HostError;
 use crate::sandbox::{
-    wit, Call, CniResultWit, IpamOp, Limits, NetAccess, Runtime, Services, StoreAccess,
+    convert, wit, Call, CallError, CniResultWit, IpamOp, Limits, NetAccess, Runtime, Services,
+    StoreAccess,
 };
 use crate::store::{Owner, Scope, StateStore};
 
@@ -31,6 +33,8 @@ pub(super) struct StepServices {
     ipam_data_dir: Option<PathBuf>,
     request: wit::Request,
     valid: Vec<wit::Attachment>,
+    cni_path: Vec<PathBuf>,
+    cni_version: String,
     /// Set while the delegate holds an allocation made during this step.
     held: Mutex<Option<String>>,
 }
@@ -41,11 +45,11 @@ impl StepServices {
         runtime: Arc<Runtime>,
         store: Arc<dyn StateStore>,
         net: Option<NetAccess>,
+        cni_path: &[PathBuf],
         network: &str,
         entry: &ChainEntry,
         command: Command,
-        config: &str,
-        att: &Attachment,
+        request: &wit::Request,
         valid: Option<&[wit::Attachment]>,
     ) -> Self {
         let ipam = entry.raw.get("ipam").and_then(Value::as_object);
@@ -73,15 +77,15 @@ impl StepServices {
                 .and_then(|i| i.get("dataDir"))
                 .and_then(Value::as_str)
                 .map(PathBuf::from),
-            request: wit::Request {
-                container_id: att.container_id.clone(),
-                ifname: att.ifname.clone(),
-                netns: att.netns.clone(),
-                args: att.args.clone(),
-                config: config.to_string(),
-                prev_result: None,
-            },
+            // The delegate gets the very same request, prevResult included
+            // (CHECK needs it).
+            request: request.clone(),
             valid: valid.map(<[_]>::to_vec).unwrap_or_default(),
+            cni_path: cni_path.to_vec(),
+            cni_version: serde_json::from_str::<Value>(&request.config)
+                .ok()
+                .and_then(|v| v.get("cniVersion")?.as_str().map(str::to_string))
+                .unwrap_or_default(),
             held: Mutex::new(None),
         }
     }
@@ -101,9 +105,50 @@ impl StepServices {
         ipam_type: &str,
         op: IpamOp,
     ) -> Result<Option<CniResultWit>, HostError> {
-        let plugin = self
+        let limits = Limits::resolve(&self.ipam_limits);
+        let plugin = match self
             .runtime
-            .load(ipam_type, self.ipam_limits.sha256.as_deref())?;
+            .load(ipam_type, self.ipam_limits.sha256.as_deref())
+        {
+            Ok(p) => p,
+            Err(CallError::NotFound { plugin, dir, .. }) => {
+                let Some(path) = native::find(&self.cni_path, &plugin) else {
+                    return Err(CallError::NotFound {
+                        plugin,
+                        dir,
+                        cni_path: self.cni_path.clone(),
+                    }
+                    .into());
+                };
+                let att = Attachment {
+                    container_id: self.request.container_id.clone(),
+                    ifname: self.request.ifname.clone(),
+                    netns: self.request.netns.clone(),
+                    args: self.request.args.clone(),
+                };
+                let command = match op {
+                    IpamOp::Add => Command::Add,
+                    IpamOp::Del => Command::Del,
+                    IpamOp::Check => Command::Check,
+                    IpamOp::Status => Command::Status,
+                    IpamOp::Gc => Command::Gc,
+                };
+                // Same environment, same stdin: exactly what a classic
+                // plugin's delegation would exec.
+                return native::exec(
+                    &path,
+                    &plugin,
+                    command,
+                    &att,
+                    &self.cni_path,
+                    &self.request.config,
+                    &self.cni_version,
+                    Duration::from_millis(limits.deadline_ms),
+                )
+                .map(|r| r.as_ref().map(convert::to_wit));
+            }
+            Err(e) => return Err(e.into()),
+        };
         let req = &self.request;
         let call = match op {
             IpamOp::Add => Call::Add(req),
@@ -126,11 +171,11 @@ impl StepServices {
             ipam_data_dir: None,
             request: self.request.clone(),
             valid: self.valid.clone(),
+            cni_path: Vec::new(),
+            cni_version: self.cni_version.clone(),
             held: Mutex::new(None),
         });
-        Ok(self
-            .runtime
-            .call(&plugin, Limits::resolve(&self.ipam_limits), inner, call)?)
+        Ok(self.runtime.call(&plugin, limits, inner, call)?)
     }
 }
 

@@ -43,6 +43,10 @@ pub struct NetAccess {
     pub ifname: String,
     /// Node links the plugin's config names (`bridge`, `master`).
     pub config_named: BTreeSet<String>,
+    /// The config names no `master`: like the reference macvlan, the
+    /// plugin may then use the node's default-route link as a macvlan or
+    /// macvtap master (and for nothing else).
+    pub default_master: bool,
     pub created: Arc<Mutex<CreatedLinks>>,
 }
 
@@ -489,8 +493,17 @@ impl Ctx {
     ) -> R<Link> {
         let (side, id) = self.handle(&ns)?;
         let (target_side, target_id) = self.handle(&target)?;
-        // The master is the plugin's to use only if its config names it.
-        let asks = [Ask::Change(side, &master), Ask::Create(target_side, &name)];
+        // The master is the plugin's to use only if its config names it, or
+        // it is the default-route link and the config names none.
+        let named = self
+            .access()
+            .map(|a| self.grants(a).change(side, &master).is_ok())
+            .unwrap_or(false);
+        let default_ok = !named && side == Side::Node && self.is_default_master(id, &master);
+        let mut asks = vec![Ask::Create(target_side, &name)];
+        if !default_ok {
+            asks.push(Ask::Change(side, &master));
+        }
         let out = self.act(&asks, |net| {
             net.create_macvlan(
                 id,
@@ -507,6 +520,23 @@ impl Ctx {
             self.record_created(target_side, &name);
         }
         Ok(out.map(link_to_wit))
+    }
+
+    /// Whether the config lets `master` be used by default: it names no
+    /// master and `master` carries the node's default route.
+    fn is_default_master(&self, node: NsId, master: &str) -> bool {
+        let Some(access) = &self.net else {
+            return false;
+        };
+        if !access.default_master {
+            return false;
+        }
+        let Ok(mut net) = access.backend.lock() else {
+            return false;
+        };
+        net.routes(node, master, None)
+            .map(|routes| routes.iter().any(|r| r.dst.prefix == 0 && r.gw.is_some()))
+            .unwrap_or(false)
     }
 
     fn route(&mut self, ns: Resource<NetnsHandle>, route: RouteSpec, add: bool) -> R<()> {

@@ -11,6 +11,7 @@
 mod bindings;
 pub mod cache;
 pub mod convert;
+mod host_files;
 mod host_ipam;
 mod host_log;
 pub(crate) mod host_network;
@@ -72,6 +73,14 @@ pub enum Call<'a> {
 }
 
 impl Call<'_> {
+    /// The request config the call carries (JSON).
+    pub fn config(&self) -> &str {
+        match self {
+            Call::Add(r) | Call::Del(r) | Call::Check(r) => &r.config,
+            Call::Status(c) | Call::Gc(c, _) => c,
+        }
+    }
+
     pub fn verb(&self) -> &'static str {
         match self {
             Call::Add(_) => "add",
@@ -86,8 +95,13 @@ impl Call<'_> {
 /// Why a plugin could not be loaded or a call did not produce an answer.
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
-    #[error("plugin {plugin:?} not found: no {plugin}.wasm in {}", dir.display())]
-    NotFound { plugin: String, dir: PathBuf },
+    #[error("plugin {plugin:?} not found: no {plugin}.wasm in {}{}", dir.display(), searched(cni_path))]
+    NotFound {
+        plugin: String,
+        dir: PathBuf,
+        /// CNI_PATH, when it was searched for a native plugin too.
+        cni_path: Vec<PathBuf>,
+    },
     #[error("plugin {plugin:?}: invalid plugin type name")]
     BadName { plugin: String },
     #[error("plugin {plugin:?}: sha256 mismatch: config pins {expected}, {} has {actual}", path.display())]
@@ -119,6 +133,15 @@ pub enum CallError {
         verb: &'static str,
         cause: AbortCause,
     },
+}
+
+fn searched(cni_path: &[PathBuf]) -> String {
+    if cni_path.is_empty() {
+        String::new()
+    } else {
+        let dirs: Vec<_> = cni_path.iter().map(|p| p.display().to_string()).collect();
+        format!(" and no executable in CNI_PATH [{}]", dirs.join(":"))
+    }
 }
 
 /// Why the host stopped a plugin.
@@ -237,6 +260,7 @@ impl Runtime {
                 return Err(CallError::NotFound {
                     plugin: plugin.to_string(),
                     dir: self.plugin_dir.clone(),
+                    cni_path: Vec::new(),
                 })
             }
             Err(source) => {
@@ -311,12 +335,13 @@ impl Runtime {
         call: Call<'_>,
     ) -> Result<Option<wit::CniResult>, CallError> {
         let verb = call.verb();
-        let ctx = Ctx::new(
+        let mut ctx = Ctx::new(
             &plugin.name,
             MemoryCap::new(limits.memory_bytes),
             limits.host_call_budget,
             services,
         );
+        ctx.config_files = host_files::allowed_paths(call.config());
         let mut store = Store::new(&self.engine, ctx);
         store.limiter(|c| &mut c.memory);
         store.set_epoch_deadline(limits.deadline_ticks());

@@ -36,6 +36,8 @@ pub struct Ctx {
     pub(crate) net: Option<NetAccess>,
     /// Open on the first store call; committed only if the call succeeds.
     pub(crate) txn: Option<Box<dyn Txn>>,
+    /// Files the call's config lets the plugin read (`files` import).
+    pub(crate) config_files: Vec<String>,
 }
 
 impl Ctx {
@@ -51,6 +53,7 @@ impl Ctx {
             store,
             net,
             txn: None,
+            config_files: Vec::new(),
             table: ResourceTable::new(),
             wasi: WasiCtx::builder().build(),
             memory,
