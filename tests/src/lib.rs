@@ -198,7 +198,10 @@ pub fn run_in(netns: Option<&str>, env: &[(&str, &str)], stdin: &[u8]) -> Output
     cmd.env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         // Let a developer see the host's logs of a failing test.
-        .env("WASM_CNI_LOG", std::env::var("WASM_CNI_LOG").unwrap_or_default())
+        .env(
+            "WASM_CNI_LOG",
+            std::env::var("WASM_CNI_LOG").unwrap_or_default(),
+        )
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

@@ -101,6 +101,8 @@ fn del_continues_past_a_failing_plugin_and_reports_it() {
 #[test]
 fn a_failed_add_is_rolled_back_in_reverse() {
     let sb = sandbox("rollback");
+    // A plugin that reports its failure cleaned up after itself: only the
+    // plugins before it are rolled back.
     let conf = sb.conf(
         "1.1.0",
         "rbn",
@@ -112,8 +114,19 @@ fn a_failed_add_is_rolled_back_in_reverse() {
     assert_eq!(add.error_code(), 999);
     assert_eq!(
         calls(&add.stderr),
-        ["a add", "b add", "c add", "c del", "b del", "a del"]
+        ["a add", "b add", "c add", "b del", "a del"]
     );
+    // A plugin the host had to stop gets a DEL too: it could not clean up.
+    let stopped = sb.conf(
+        "1.1.0",
+        "rbn",
+        json!([{"type":"fx","tag":"a"},{"type":"fx","tag":"b","add":"trap"}]),
+    );
+    let add = Invocation::new("ADD")
+        .env("WASM_CNI_LOG", "info")
+        .run(&stopped);
+    assert_eq!(add.error_code(), 999);
+    assert_eq!(calls(&add.stderr), ["a add", "b add", "b del", "a del"]);
     // Nothing was recorded for the failed attachment.
     let records = sb.state_dir().join("networks").join("rbn");
     let n = std::fs::read_dir(&records).map(|d| d.count()).unwrap_or(0);
@@ -214,12 +227,12 @@ fn a_late_del_for_an_old_container_does_not_touch_the_new_one() {
 fn ipam_is_an_in_process_call_released_by_the_host_if_the_plugin_cannot() {
     let sb = sandbox("ipamrb");
     sb.install(&fixture("fx-net"), "fx-net");
-    // fx allocates through its IPAM delegate, then fails; its DEL traps
-    // before it can release, so the host releases the delegate itself.
+    // fx allocates through its IPAM delegate, then traps; its DEL traps
+    // too before it can release, so the host releases the delegate itself.
     let conf = sb.conf(
         "1.1.0",
         "ipamrb",
-        json!([{"type":"fx","tag":"a","callIpam":true,"ipam":{"type":"fx-net"},"add":"fail","del":"trap"}]),
+        json!([{"type":"fx","tag":"a","callIpam":true,"ipam":{"type":"fx-net"},"add":"trap","del":"trap"}]),
     );
     let out = Invocation::new("ADD")
         .env("WASM_CNI_LOG", "info")

@@ -150,7 +150,11 @@ fn a_late_del_cannot_delete_links_of_the_current_attachment() {
     // not its to delete.
     let late = pod.run(Invocation::new("DEL").id("older"), &c);
     assert_eq!(late.error_code(), 999, "{late:?}");
-    assert!(late.error_msg().contains("may not delete"), "{}", late.error_msg());
+    assert!(
+        late.error_msg().contains("may not delete"),
+        "{}",
+        late.error_msg()
+    );
     assert!(pod.node.link("vethlate1").is_some());
     pod.run(Invocation::new("DEL").id("newer"), &c).assert_ok();
     assert!(pod.node.link("vethlate1").is_none());
