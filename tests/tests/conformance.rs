@@ -517,3 +517,42 @@ fn add_with_the_interface_already_present_fails_and_changes_nothing() {
     let node_links = pod.node.exec(&["ip", "-o", "link", "show", "type", "veth"]);
     assert!(node_links.trim().is_empty(), "leaked: {node_links}");
 }
+
+/// A chain may mix components and classic plugins: a type with no
+/// component runs from CNI_PATH, as a chain step or as an IPAM delegate.
+#[test]
+fn mixed_chains_run_native_plugins_from_cni_path() {
+    if !is_root("mixed_chains_run_native_plugins_from_cni_path") || !reference_available() {
+        return;
+    }
+    let sb = Sandbox::new("mixed");
+    // Only ptp is a component; static (IPAM) and tuning are the reference
+    // binaries in /usr/lib/cni.
+    sb.install(&plugin("ptp"), "ptp");
+    let pod = Pod::new("mx");
+    let conf = sb.conf(
+        "1.0.0",
+        "mixnet",
+        json!([
+            {"type":"ptp","ipam":{"type":"static","addresses":[{"address":"10.212.0.5/24","gateway":"10.212.0.1"}]}},
+            {"type":"tuning","mtu":1280}
+        ]),
+    );
+    let add = pod.run(Invocation::new("ADD"), &conf);
+    add.assert_ok();
+    assert_eq!(add.json()["ips"][0]["address"], "10.212.0.5/24");
+    let eth0 = pod.ctr.link("eth0").unwrap();
+    assert_eq!(eth0["mtu"], 1280, "tuning (native) ran after ptp (wasm)");
+    pod.run(Invocation::new("CHECK"), &conf).assert_ok();
+    pod.run(Invocation::new("DEL"), &conf).assert_ok();
+    assert!(pod.ctr.link("eth0").is_none());
+    // Neither a component nor an executable: the error names both places.
+    let bad = sb.conf("1.0.0", "mixnet", json!([{"type":"nonesuch"}]));
+    let out = pod.run(Invocation::new("ADD"), &bad);
+    assert_eq!(out.error_code(), 7);
+    assert!(
+        out.error_msg().contains("CNI_PATH [/usr/lib/cni]"),
+        "{}",
+        out.error_msg()
+    );
+}

@@ -82,6 +82,11 @@ impl Executor {
         self
     }
 
+    /// The network backend, e.g. to inspect an in-memory one in tests.
+    pub fn net(&self) -> Arc<Mutex<Box<dyn Net>>> {
+        self.net.clone()
+    }
+
     pub fn conf(&self) -> &NetConf {
         &self.conf
     }
