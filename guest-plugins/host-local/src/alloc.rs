@@ -1,0 +1,512 @@
+//! Choosing an address in one range set: the reference checks for requested
+//! addresses and duplicates, then this plugin's reuse policy.
+//!
+//! Reuse policy. A released address keeps its store entry (the host marks
+//! it released) and is quarantined for `reuseIPWait`: a packet or a stale
+//! DNS/conntrack entry meant for the old holder must not reach a new one.
+//! Among free addresses, never-used ones come first (in the reference's
+//! round-robin order), then the one released longest ago, so every address
+//! is reused as late as possible. Only once the set's history holds
+//! [`HISTORY_CAP`] entries does an expired one win over a never-used one,
+//! which bounds the store for huge (IPv6) ranges.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use crate::range::RangeSet;
+
+/// Entries of one range set beyond which reuse beats extending the history.
+pub const HISTORY_CAP: usize = 4096;
+
+/// Who holds an address.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Owner {
+    pub container_id: String,
+    pub ifname: String,
+}
+
+/// What the store knows of one address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Slot {
+    pub owner: Owner,
+    /// Milliseconds since the epoch (host clock).
+    pub released_at: Option<u64>,
+}
+
+impl Slot {
+    pub fn is_live(&self) -> bool {
+        self.released_at.is_none()
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Policy {
+    pub reuse_wait_ms: u64,
+    pub reuse_quarantined: bool,
+}
+
+/// Why no address could be chosen. `Display` gives the reference text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AllocError {
+    /// Every address is held by a live allocation.
+    Exhausted { set: String },
+    /// Nothing is free now, but quarantined addresses will be.
+    Quarantined {
+        set: String,
+        quarantined: usize,
+        /// Until the first quarantined address becomes free.
+        next_free_ms: u64,
+    },
+    /// Requested-address and duplicate checks, in the reference's words.
+    Refused(String),
+}
+
+impl std::fmt::Display for AllocError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AllocError::Exhausted { set } | AllocError::Quarantined { set, .. } => {
+                write!(f, "no IP addresses available in range set: {set}")
+            }
+            AllocError::Refused(m) => f.write_str(m),
+        }
+    }
+}
+
+/// How an address was picked, for the log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum How {
+    Requested,
+    NeverUsed,
+    /// Released this long ago.
+    Reused {
+        released_ms_ago: u64,
+    },
+    /// Taken from quarantine (`reuseQuarantined`), this long before its end.
+    Quarantined {
+        early_ms: u64,
+    },
+}
+
+/// The address-to-slot view of one range set.
+pub struct Pool<'a> {
+    pub set: &'a RangeSet,
+    pub slots: &'a BTreeMap<IpAddr, Slot>,
+}
+
+/// When a released slot leaves quarantine.
+fn free_at(released_at: u64, policy: &Policy) -> u64 {
+    released_at.saturating_add(policy.reuse_wait_ms)
+}
+
+impl Pool<'_> {
+    fn in_set(&self) -> impl Iterator<Item = (&IpAddr, &Slot)> {
+        self.slots.iter().filter(|(ip, _)| self.set.contains(ip))
+    }
+
+    /// Pick an address for `owner` (`IPAllocator.Get`, then the policy).
+    pub fn choose(
+        &self,
+        owner: &Owner,
+        requested: Option<IpAddr>,
+        last_reserved: Option<IpAddr>,
+        now: u64,
+        policy: &Policy,
+    ) -> Result<(IpAddr, How), AllocError> {
+        if let Some(ip) = requested {
+            let range = self.set.range_for(&ip).map_err(AllocError::Refused)?;
+            if range.gateway == ip {
+                return Err(AllocError::Refused(format!(
+                    "requested ip {ip} is subnet's gateway"
+                )));
+            }
+            // An explicit request is honoured even in quarantine: the
+            // caller chose this address (often to get its own one back).
+            if self.slots.get(&ip).is_some_and(Slot::is_live) {
+                return Err(AllocError::Refused(format!(
+                    "requested IP address {ip} is not available in range set {}",
+                    self.set
+                )));
+            }
+            return Ok((ip, How::Requested));
+        }
+        if let Some((ip, _)) = self
+            .in_set()
+            .find(|(_, s)| s.is_live() && s.owner == *owner)
+        {
+            return Err(AllocError::Refused(format!(
+                "{ip} has been allocated to {}, duplicate allocation is not allowed",
+                owner.container_id
+            )));
+        }
+
+        // Released slots by release time (ties by address, for determinism).
+        let mut released: Vec<(u64, IpAddr)> = self
+            .in_set()
+            .filter_map(|(ip, s)| s.released_at.map(|t| (t, *ip)))
+            .collect();
+        released.sort_unstable();
+        let expired = released
+            .iter()
+            .find(|(t, _)| free_at(*t, policy) <= now)
+            .copied();
+        let history = self.in_set().count();
+
+        if let (Some((t, ip)), true) = (expired, history >= HISTORY_CAP) {
+            return Ok((ip, reused(now, t)));
+        }
+        // Each step lands on a slot or on a never-used address, so this ends
+        // within history + gateways + 1 steps even in a /64.
+        if let Some(ip) = self
+            .set
+            .iter_from(last_reserved)
+            .find(|ip| !self.slots.contains_key(ip))
+        {
+            return Ok((ip, How::NeverUsed));
+        }
+        if let Some((t, ip)) = expired {
+            return Ok((ip, reused(now, t)));
+        }
+        match released.first() {
+            Some(&(t, ip)) if policy.reuse_quarantined => Ok((
+                ip,
+                How::Quarantined {
+                    early_ms: free_at(t, policy).saturating_sub(now),
+                },
+            )),
+            Some(&(t, _)) => Err(AllocError::Quarantined {
+                set: self.set.to_string(),
+                quarantined: released.len(),
+                next_free_ms: free_at(t, policy).saturating_sub(now),
+            }),
+            None => Err(AllocError::Exhausted {
+                set: self.set.to_string(),
+            }),
+        }
+    }
+
+    /// Addresses an ADD could get right now (STATUS).
+    pub fn allocatable(&self, now: u64, policy: &Policy) -> u128 {
+        let held = self
+            .in_set()
+            .filter(|(ip, _)| self.set.0.iter().all(|r| r.gateway != **ip))
+            .filter(|(_, s)| match s.released_at {
+                None => true,
+                Some(_) if policy.reuse_quarantined => false,
+                Some(t) => free_at(t, policy) > now,
+            })
+            .count();
+        self.set.size().saturating_sub(held as u128)
+    }
+}
+
+fn reused(now: u64, released_at: u64) -> How {
+    How::Reused {
+        released_ms_ago: now.saturating_sub(released_at),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::range::RangeConf;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn owner(c: &str) -> Owner {
+        Owner {
+            container_id: c.into(),
+            ifname: "eth0".into(),
+        }
+    }
+
+    fn set(subnet: &str) -> RangeSet {
+        RangeSet::canonicalize(&[RangeConf {
+            subnet: Some(subnet.into()),
+            ..RangeConf::default()
+        }])
+        .unwrap()
+    }
+
+    /// A tiny store: allocate/release with the host's semantics.
+    struct Sim {
+        set: RangeSet,
+        slots: BTreeMap<IpAddr, Slot>,
+        last: Option<IpAddr>,
+        policy: Policy,
+    }
+
+    impl Sim {
+        fn new(subnet: &str, wait_ms: u64) -> Self {
+            Sim {
+                set: set(subnet),
+                slots: BTreeMap::new(),
+                last: None,
+                policy: Policy {
+                    reuse_wait_ms: wait_ms,
+                    reuse_quarantined: false,
+                },
+            }
+        }
+        fn pool(&self) -> Pool<'_> {
+            Pool {
+                set: &self.set,
+                slots: &self.slots,
+            }
+        }
+        fn add(&mut self, c: &str, now: u64) -> Result<String, AllocError> {
+            let (ip, _) = self
+                .pool()
+                .choose(&owner(c), None, self.last, now, &self.policy)?;
+            self.slots.insert(
+                ip,
+                Slot {
+                    owner: owner(c),
+                    released_at: None,
+                },
+            );
+            self.last = Some(ip);
+            Ok(ip.to_string())
+        }
+        fn del(&mut self, c: &str, now: u64) {
+            for s in self.slots.values_mut() {
+                if s.is_live() && s.owner == owner(c) {
+                    s.released_at = Some(now);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn round_robin_like_the_reference() {
+        // A gets .2, B gets .3, A is released, C gets .4 (not .2).
+        let mut s = Sim::new("10.200.1.0/24", 0);
+        assert_eq!(s.add("a", 0).unwrap(), "10.200.1.2");
+        assert_eq!(s.add("b", 0).unwrap(), "10.200.1.3");
+        s.del("a", 1);
+        assert_eq!(s.add("c", 2).unwrap(), "10.200.1.4");
+        let mut s6 = Sim::new("2001:db8:1::/64", 0);
+        assert_eq!(s6.add("a", 0).unwrap(), "2001:db8:1::2");
+    }
+
+    #[test]
+    fn never_used_first_then_longest_released() {
+        // /29: .2 .. .6 usable.
+        let mut s = Sim::new("192.168.1.0/29", 0);
+        for (i, c) in ["a", "b", "c", "d", "e"].iter().enumerate() {
+            assert_eq!(s.add(c, 0).unwrap(), format!("192.168.1.{}", i + 2));
+        }
+        // Release in the order d, b, e: reuse follows release order, not
+        // address order nor the round-robin cursor.
+        s.del("d", 10);
+        s.del("b", 20);
+        s.del("e", 30);
+        assert_eq!(s.add("f", 40).unwrap(), "192.168.1.5");
+        assert_eq!(s.add("g", 41).unwrap(), "192.168.1.3");
+        s.del("a", 42);
+        assert_eq!(s.add("h", 43).unwrap(), "192.168.1.6");
+        assert_eq!(s.add("i", 44).unwrap(), "192.168.1.2");
+    }
+
+    #[test]
+    fn never_used_beats_an_expired_release() {
+        let mut s = Sim::new("192.168.1.0/29", 1000);
+        assert_eq!(s.add("a", 0).unwrap(), "192.168.1.2");
+        s.del("a", 1);
+        // Long after the quarantine: still a fresh address first.
+        assert_eq!(s.add("b", 1_000_000).unwrap(), "192.168.1.3");
+    }
+
+    #[test]
+    fn quarantine_blocks_reuse_until_the_wait_is_over() {
+        let mut s = Sim::new("10.200.9.0/29", 60_000);
+        for c in ["a", "b", "c", "d", "e"] {
+            s.add(c, 0).unwrap();
+        }
+        s.del("c", 1_000);
+        s.del("a", 2_000);
+        let err = s.add("x", 30_000).unwrap_err();
+        assert_eq!(
+            err,
+            AllocError::Quarantined {
+                set: "10.200.9.1-10.200.9.6".into(),
+                quarantined: 2,
+                next_free_ms: 31_000,
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "no IP addresses available in range set: 10.200.9.1-10.200.9.6"
+        );
+        assert_eq!(s.pool().allocatable(30_000, &s.policy), 0);
+        // c's quarantine ends first.
+        assert_eq!(s.pool().allocatable(61_000, &s.policy), 1);
+        assert_eq!(s.add("x", 61_000).unwrap(), "10.200.9.4");
+        assert!(s.add("y", 61_500).is_err());
+        assert_eq!(s.add("y", 62_000).unwrap(), "10.200.9.2");
+    }
+
+    #[test]
+    fn reuse_quarantined_takes_the_longest_released() {
+        let mut s = Sim::new("10.200.9.0/29", 60_000);
+        s.policy.reuse_quarantined = true;
+        for c in ["a", "b", "c", "d", "e"] {
+            s.add(c, 0).unwrap();
+        }
+        s.del("d", 5);
+        s.del("b", 6);
+        let (ip, how) = s
+            .pool()
+            .choose(&owner("x"), None, s.last, 10, &s.policy)
+            .unwrap();
+        assert_eq!(ip.to_string(), "10.200.9.5");
+        assert_eq!(how, How::Quarantined { early_ms: 59_995 });
+        assert_eq!(s.pool().allocatable(10, &s.policy), 2);
+    }
+
+    #[test]
+    fn exhaustion_error_text() {
+        let mut s = Sim::new("10.200.9.0/30", 0);
+        assert_eq!(s.add("a", 0).unwrap(), "10.200.9.2");
+        let err = s.add("b", 0).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "no IP addresses available in range set: 10.200.9.1-10.200.9.2"
+        );
+        assert!(matches!(err, AllocError::Exhausted { .. }));
+        assert_eq!(s.pool().allocatable(0, &s.policy), 0);
+    }
+
+    #[test]
+    fn duplicate_allocation_is_refused() {
+        let mut s = Sim::new("10.200.9.0/29", 0);
+        s.add("a", 0).unwrap();
+        assert_eq!(
+            s.add("a", 0).unwrap_err().to_string(),
+            "10.200.9.2 has been allocated to a, duplicate allocation is not allowed"
+        );
+        // Another ifname of the same container is another attachment.
+        let other = Owner {
+            container_id: "a".into(),
+            ifname: "net1".into(),
+        };
+        assert!(s.pool().choose(&other, None, s.last, 0, &s.policy).is_ok());
+    }
+
+    #[test]
+    fn requested_addresses() {
+        let mut s = Sim::new("192.168.1.0/29", 60_000);
+        let get = |s: &Sim, r: &str| {
+            s.pool()
+                .choose(&owner("x"), Some(ip(r)), None, 0, &s.policy)
+                .map(|(ip, _)| ip.to_string())
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(get(&s, "192.168.1.5").unwrap(), "192.168.1.5");
+        s.slots.insert(
+            ip("192.168.1.5"),
+            Slot {
+                owner: owner("a"),
+                released_at: None,
+            },
+        );
+        assert_eq!(
+            get(&s, "192.168.1.5").unwrap_err(),
+            "requested IP address 192.168.1.5 is not available in range set 192.168.1.1-192.168.1.6"
+        );
+        assert_eq!(
+            get(&s, "192.168.1.1").unwrap_err(),
+            "requested ip 192.168.1.1 is subnet's gateway"
+        );
+        assert_eq!(
+            get(&s, "192.168.1.7").unwrap_err(),
+            "192.168.1.7 not in range set 192.168.1.1-192.168.1.6"
+        );
+        // Quarantine does not stop an explicit request.
+        s.del("a", 1);
+        assert_eq!(get(&s, "192.168.1.5").unwrap(), "192.168.1.5");
+        // Before rangeStart / after rangeEnd.
+        let r = RangeSet::canonicalize(&[RangeConf {
+            subnet: Some("192.168.1.0/24".into()),
+            range_start: Some("192.168.1.10".into()),
+            range_end: Some("192.168.1.20".into()),
+            gateway: None,
+        }])
+        .unwrap();
+        let pool = Pool {
+            set: &r,
+            slots: &s.slots,
+        };
+        for bad in ["192.168.1.9", "192.168.1.21"] {
+            assert!(pool
+                .choose(&owner("x"), Some(ip(bad)), None, 0, &s.policy)
+                .is_err());
+        }
+    }
+
+    #[test]
+    fn last_reserved_at_the_end_of_a_range_moves_to_the_next() {
+        let r = RangeSet::canonicalize(&[
+            RangeConf {
+                subnet: Some("192.168.1.0/24".into()),
+                range_start: Some("192.168.1.5".into()),
+                range_end: Some("192.168.1.6".into()),
+                gateway: None,
+            },
+            RangeConf {
+                subnet: Some("192.168.2.0/24".into()),
+                range_start: Some("192.168.2.5".into()),
+                range_end: Some("192.168.2.6".into()),
+                gateway: None,
+            },
+        ])
+        .unwrap();
+        let slots = BTreeMap::new();
+        let pool = Pool {
+            set: &r,
+            slots: &slots,
+        };
+        let p = Policy {
+            reuse_wait_ms: 0,
+            reuse_quarantined: false,
+        };
+        let (ip1, _) = pool
+            .choose(&owner("x"), None, Some(ip("192.168.1.6")), 0, &p)
+            .unwrap();
+        assert_eq!(ip1.to_string(), "192.168.2.5");
+        let (ip2, _) = pool.choose(&owner("x"), None, None, 0, &p).unwrap();
+        assert_eq!(ip2.to_string(), "192.168.1.5");
+    }
+
+    #[test]
+    fn a_full_history_reuses_instead_of_growing() {
+        let set = set("2001:db8::/64");
+        let mut slots = BTreeMap::new();
+        let mut cur = ip("2001:db8::2");
+        for i in 0..HISTORY_CAP as u64 {
+            slots.insert(
+                cur,
+                Slot {
+                    owner: owner("old"),
+                    released_at: Some(1_000 + i),
+                },
+            );
+            cur = crate::ip::next(cur);
+        }
+        let pool = Pool {
+            set: &set,
+            slots: &slots,
+        };
+        let p = Policy {
+            reuse_wait_ms: 10,
+            reuse_quarantined: false,
+        };
+        let (got, how) = pool.choose(&owner("x"), None, None, 1_000_000, &p).unwrap();
+        assert_eq!(got, ip("2001:db8::2"));
+        assert!(matches!(how, How::Reused { .. }));
+        // While all are quarantined, a fresh address is still fine.
+        let (got, _) = pool.choose(&owner("x"), None, None, 1_005, &p).unwrap();
+        assert_eq!(got, cur);
+    }
+}

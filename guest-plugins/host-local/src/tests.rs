@@ -1,0 +1,444 @@
+//! The verbs against a fake host with the store's semantics: one
+//! transaction per call, committed only on `Ok`; reserve during ADD only;
+//! release during GC only; the owner set by the "host".
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+
+use crate::alloc::Owner;
+use crate::error::Error;
+use crate::plugin::{self, Entry, Host, HostError, IpamResult, Level, Request};
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Verb {
+    Add,
+    Del,
+    Check,
+    Status,
+    Gc,
+}
+
+#[derive(Clone, Default)]
+struct Data {
+    entries: BTreeMap<String, Entry>,
+    values: BTreeMap<String, String>,
+}
+
+struct Fake {
+    data: RefCell<Data>,
+    now: Cell<u64>,
+    verb: Cell<Verb>,
+    owner: RefCell<Owner>,
+    files: BTreeMap<String, String>,
+    logs: RefCell<Vec<String>>,
+}
+
+impl Fake {
+    fn new() -> Self {
+        Fake {
+            data: RefCell::default(),
+            now: Cell::new(1_000_000),
+            verb: Cell::new(Verb::Add),
+            owner: RefCell::new(owner("x")),
+            files: BTreeMap::new(),
+            logs: RefCell::default(),
+        }
+    }
+
+    /// Run one verb as one transaction.
+    fn call<T>(
+        &self,
+        verb: Verb,
+        who: &Owner,
+        f: impl FnOnce(&Self) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        self.verb.set(verb);
+        *self.owner.borrow_mut() = who.clone();
+        let before = self.data.borrow().clone();
+        let out = f(self);
+        if out.is_err() {
+            *self.data.borrow_mut() = before;
+        }
+        out
+    }
+
+    fn add(&self, id: &str, config: &str) -> Result<IpamResult, Error> {
+        self.add_with(id, "eth0", config, &[])
+    }
+
+    fn add_with(
+        &self,
+        id: &str,
+        ifname: &str,
+        config: &str,
+        args: &[(&str, &str)],
+    ) -> Result<IpamResult, Error> {
+        let req = request(id, ifname, config, args);
+        self.call(Verb::Add, &owner_if(id, ifname), |h| plugin::add(h, &req))
+    }
+
+    fn del(&self, id: &str, config: &str) {
+        let req = request(id, "eth0", config, &[]);
+        self.call(Verb::Del, &owner(id), |h| plugin::del(h, &req))
+            .unwrap();
+    }
+
+    fn gc(&self, config: &str, valid: &[&str]) -> Result<(), Error> {
+        let valid: Vec<Owner> = valid.iter().map(|c| owner(c)).collect();
+        self.call(Verb::Gc, &owner(""), |h| plugin::gc(h, config, &valid))
+    }
+
+    fn status(&self, config: &str) -> Result<(), Error> {
+        self.call(Verb::Status, &owner(""), |h| plugin::status(h, config))
+    }
+
+    fn live(&self) -> Vec<(String, String)> {
+        self.data
+            .borrow()
+            .entries
+            .values()
+            .filter(|e| e.released_at.is_none())
+            .map(|e| (e.key.clone(), e.owner.container_id.clone()))
+            .collect()
+    }
+
+    fn tick(&self, ms: u64) {
+        self.now.set(self.now.get() + ms);
+    }
+}
+
+fn owner(id: &str) -> Owner {
+    owner_if(id, "eth0")
+}
+
+fn owner_if(id: &str, ifname: &str) -> Owner {
+    Owner {
+        container_id: id.into(),
+        ifname: ifname.into(),
+    }
+}
+
+fn request(id: &str, ifname: &str, config: &str, args: &[(&str, &str)]) -> Request {
+    Request {
+        container_id: id.into(),
+        ifname: ifname.into(),
+        args: args
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        config: config.into(),
+    }
+}
+
+impl Host for Fake {
+    fn now(&self) -> u64 {
+        self.now.get()
+    }
+    fn list(&self) -> Result<Vec<Entry>, HostError> {
+        Ok(self.data.borrow().entries.values().cloned().collect())
+    }
+    fn reserve(&self, key: &str) -> Result<bool, HostError> {
+        if self.verb.get() != Verb::Add {
+            return Err(HostError::Refused("reserve outside ADD".into()));
+        }
+        let mut d = self.data.borrow_mut();
+        if d.entries.get(key).is_some_and(|e| e.released_at.is_none()) {
+            return Ok(false);
+        }
+        let e = Entry {
+            key: key.into(),
+            owner: self.owner.borrow().clone(),
+            allocated_at: self.now.get(),
+            released_at: None,
+        };
+        d.entries.insert(key.into(), e);
+        Ok(true)
+    }
+    fn release_by_owner(&self) -> Result<Vec<String>, HostError> {
+        let me = self.owner.borrow().clone();
+        let mut out = Vec::new();
+        for e in self.data.borrow_mut().entries.values_mut() {
+            if e.released_at.is_none() && e.owner == me {
+                e.released_at = Some(self.now.get());
+                out.push(e.key.clone());
+            }
+        }
+        Ok(out)
+    }
+    fn release(&self, key: &str) -> Result<bool, HostError> {
+        if self.verb.get() != Verb::Gc {
+            return Err(HostError::Refused("release outside GC".into()));
+        }
+        match self.data.borrow_mut().entries.get_mut(key) {
+            Some(e) if e.released_at.is_none() => {
+                e.released_at = Some(self.now.get());
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+    fn get_by_owner(&self) -> Result<Vec<String>, HostError> {
+        let me = self.owner.borrow().clone();
+        Ok(self
+            .data
+            .borrow()
+            .entries
+            .values()
+            .filter(|e| e.released_at.is_none() && e.owner == me)
+            .map(|e| e.key.clone())
+            .collect())
+    }
+    fn get_value(&self, name: &str) -> Result<Option<String>, HostError> {
+        Ok(self.data.borrow().values.get(name).cloned())
+    }
+    fn set_value(&self, name: &str, value: Option<&str>) -> Result<(), HostError> {
+        let mut d = self.data.borrow_mut();
+        match value {
+            Some(v) => d.values.insert(name.into(), v.into()),
+            None => d.values.remove(name),
+        };
+        Ok(())
+    }
+    fn read_config_file(&self, path: &str) -> Result<String, HostError> {
+        self.files
+            .get(path)
+            .cloned()
+            .ok_or_else(|| HostError::Io(format!("open {path}: no such file or directory")))
+    }
+    fn log(&self, _level: Level, message: &str) {
+        self.logs.borrow_mut().push(message.into());
+    }
+}
+
+fn conf(ipam: &str) -> String {
+    format!(r#"{{"cniVersion":"1.1.0","name":"mynet","type":"host-local","ipam":{ipam}}}"#)
+}
+
+fn addrs(r: &IpamResult) -> Vec<String> {
+    r.ips.iter().map(|i| i.address.clone()).collect()
+}
+
+#[test]
+fn allocates_and_releases_like_the_reference() {
+    let mut f = Fake::new();
+    f.files.insert(
+        "/etc/test-resolv.conf".into(),
+        "nameserver 192.0.2.1\ndomain example.com\nsearch example.com\n".into(),
+    );
+    let c = conf(
+        r#"{"type":"host-local","resolvConf":"/etc/test-resolv.conf",
+            "ranges":[[{"subnet":"10.1.2.0/24"},{"subnet":"10.2.2.0/24"}],[{"subnet":"2001:db8:1::/64"}]],
+            "routes":[{"dst":"0.0.0.0/0"},{"dst":"::/0"},{"dst":"192.168.0.0/16","gw":"1.1.1.1"},{"dst":"2001:db8:2::0/64","gw":"2001:db8:3::1"}]}"#,
+    );
+    let r = f.add("dummy", &c).unwrap();
+    assert_eq!(addrs(&r), ["10.1.2.2/24", "2001:db8:1::2/64"]);
+    assert_eq!(r.ips[0].gateway.as_deref(), Some("10.1.2.1"));
+    assert_eq!(r.ips[1].gateway.as_deref(), Some("2001:db8:1::1"));
+    assert_eq!(r.routes.len(), 4);
+    assert_eq!(r.routes[3].dst, "2001:db8:2::/64");
+    let dns = r.dns.unwrap();
+    assert_eq!(dns.nameservers, ["192.0.2.1"]);
+    assert_eq!(dns.domain.as_deref(), Some("example.com"));
+    {
+        let d = f.data.borrow();
+        assert_eq!(d.values["last_reserved_ip.0"], "10.1.2.2");
+        assert_eq!(d.values["last_reserved_ip.1"], "2001:db8:1::2");
+        assert_eq!(d.values[plugin::REUSE_WAIT_VALUE], "60000");
+    }
+    // CHECK finds it; DEL releases both; CHECK then fails.
+    let req = request("dummy", "eth0", &c, &[]);
+    f.call(Verb::Check, &owner("dummy"), |h| plugin::check(h, &req))
+        .unwrap();
+    f.del("dummy", &c);
+    assert!(f.live().is_empty());
+    let e = f
+        .call(Verb::Check, &owner("dummy"), |h| plugin::check(h, &req))
+        .unwrap_err();
+    assert_eq!(
+        e.msg,
+        "host-local: Failed to find address added by container dummy"
+    );
+}
+
+#[test]
+fn repeat_allocation_for_the_same_attachment_fails() {
+    let f = Fake::new();
+    let c = conf(r#"{"subnet":"10.1.2.0/24"}"#);
+    f.add("a", &c).unwrap();
+    let e = f.add("a", &c).unwrap_err();
+    assert_eq!(
+        (e.code, e.msg.as_str()),
+        (999, "failed to allocate for range 0: 10.1.2.2 has been allocated to a, duplicate allocation is not allowed")
+    );
+    assert_eq!(addrs(&f.add("b", &c).unwrap()), ["10.1.2.3/24"]);
+    assert!(f.add("b", &c).is_err());
+    // Same container, another interface: a second attachment.
+    assert_eq!(
+        addrs(&f.add_with("a", "net1", &c, &[]).unwrap()),
+        ["10.1.2.4/24"]
+    );
+}
+
+#[test]
+fn del_releases_only_what_the_attachment_owns() {
+    let f = Fake::new();
+    let c = conf(r#"{"subnet":"10.1.2.0/24"}"#);
+    f.add("a", &c).unwrap();
+    f.add_with("a", "net1", &c, &[]).unwrap();
+    f.del("b", &c);
+    f.del("unknown", &c);
+    assert_eq!(f.live().len(), 2);
+    f.del("a", &c);
+    assert_eq!(f.live(), [("10.1.2.3".to_string(), "a".to_string())]);
+    // Repeated DEL is fine.
+    f.del("a", &c);
+}
+
+#[test]
+fn quarantine_then_longest_released_first() {
+    let f = Fake::new();
+    // /29: 5 usable addresses.
+    let c = conf(r#"{"subnet":"10.9.0.0/29","reuseIPWait":60}"#);
+    for id in ["a", "b", "c", "d", "e"] {
+        f.add(id, &c).unwrap();
+    }
+    f.del("b", &c);
+    f.tick(1_000);
+    f.del("d", &c);
+    // All quarantined or held: code 11, reference text first.
+    let e = f.add("x", &c).unwrap_err();
+    assert_eq!(e.code, 11);
+    assert_eq!(
+        e.msg,
+        "failed to allocate for range 0: no IP addresses available in range set: 10.9.0.1-10.9.0.6"
+    );
+    assert!(e.details.contains("reuseQuarantined"), "{}", e.details);
+    let st = f.status(&c).unwrap_err();
+    assert_eq!(st.code, 50);
+    // The failed ADD left nothing behind.
+    assert_eq!(f.live().len(), 3);
+    f.tick(59_500);
+    assert_eq!(addrs(&f.add("x", &c).unwrap()), ["10.9.0.3/29"]);
+    assert_eq!(f.add("y", &c).unwrap_err().code, 11);
+    f.tick(1_000);
+    f.status(&c).unwrap();
+    assert_eq!(addrs(&f.add("y", &c).unwrap()), ["10.9.0.5/29"]);
+}
+
+#[test]
+fn reuse_quarantined_when_asked() {
+    let f = Fake::new();
+    let c = conf(r#"{"subnet":"10.9.0.0/30","reuseIPWait":600,"reuseQuarantined":true}"#);
+    f.add("a", &c).unwrap();
+    f.del("a", &c);
+    f.status(&c).unwrap();
+    assert_eq!(addrs(&f.add("b", &c).unwrap()), ["10.9.0.2/30"]);
+    // Truly exhausted: the reference error, code 999.
+    let e = f.add("c", &c).unwrap_err();
+    assert_eq!(
+        (e.code, e.msg.as_str()),
+        (999, "failed to allocate for range 0: no IP addresses available in range set: 10.9.0.1-10.9.0.2")
+    );
+}
+
+#[test]
+fn a_failure_in_a_later_set_allocates_nothing() {
+    let f = Fake::new();
+    let c = conf(r#"{"ranges":[[{"subnet":"10.1.2.0/24"}],[{"subnet":"10.9.0.0/30"}]]}"#);
+    f.add("a", &c).unwrap();
+    let e = f.add("b", &c).unwrap_err();
+    assert!(
+        e.msg.starts_with("failed to allocate for range 1: "),
+        "{}",
+        e.msg
+    );
+    assert_eq!(f.live().len(), 2);
+    assert_eq!(f.data.borrow().values["last_reserved_ip.0"], "10.1.2.2");
+}
+
+#[test]
+fn requested_addresses_from_args_config_and_runtime() {
+    let f = Fake::new();
+    let c = r#"{"cniVersion":"1.0.0","name":"n","ipam":{"type":"host-local",
+        "ranges":[[{"subnet":"10.1.2.0/24"}],[{"subnet":"10.1.3.0/24"}],[{"subnet":"2001:db8:1::/64"}]]},
+        "args":{"cni":{"ips":["10.1.2.88"]}},"runtimeConfig":{"ips":["2001:db8:1::999/64"]}}"#;
+    let r = f.add_with("a", "eth0", c, &[("IP", "10.1.3.77")]).unwrap();
+    assert_eq!(
+        addrs(&r),
+        ["10.1.2.88/24", "10.1.3.77/24", "2001:db8:1::999/64"]
+    );
+    // Two requested addresses in one set: one is left over.
+    let c2 = r#"{"cniVersion":"1.0.0","name":"n","ipam":{"type":"host-local","subnet":"10.1.2.0/24"},
+        "args":{"cni":{"ips":["10.1.2.88","10.1.2.89"]}}}"#;
+    let e = f.add("b", c2).unwrap_err();
+    assert_eq!(e.msg, "failed to allocate for range 0: requested IP address 10.1.2.88 is not available in range set 10.1.2.1-10.1.2.254");
+    let c3 = r#"{"cniVersion":"1.0.0","name":"n","ipam":{"type":"host-local","subnet":"10.1.2.0/24"},
+        "args":{"cni":{"ips":["10.1.2.90","10.1.2.91"]}}}"#;
+    let e = f.add("b", c3).unwrap_err();
+    assert_eq!(e.msg, "failed to allocate all requested IPs: 10.1.2.91");
+    assert_eq!(f.live().len(), 3);
+}
+
+#[test]
+fn resolv_conf_problems() {
+    let f = Fake::new();
+    let c = conf(r#"{"subnet":"10.1.2.0/24","resolvConf":"/nope"}"#);
+    let e = f.add("a", &c).unwrap_err();
+    assert_eq!(
+        (e.code, e.msg.as_str()),
+        (5, "open /nope: no such file or directory")
+    );
+    assert!(f.live().is_empty());
+}
+
+#[test]
+fn gc_releases_what_is_not_valid() {
+    let f = Fake::new();
+    let c = conf(r#"{"subnet":"10.1.2.0/24"}"#);
+    for id in ["a", "b", "c"] {
+        f.add(id, &c).unwrap();
+    }
+    f.gc(&c, &["a", "c"]).unwrap();
+    let live: Vec<String> = f.live().into_iter().map(|(_, o)| o).collect();
+    assert_eq!(live, ["a", "c"]);
+    // The released address is quarantined, not handed out again.
+    assert_eq!(addrs(&f.add("d", &c).unwrap()), ["10.1.2.5/24"]);
+    f.gc(&c, &[]).unwrap();
+    assert!(f.live().is_empty());
+    assert!(f
+        .logs
+        .borrow()
+        .iter()
+        .any(|l| l.contains("gc: released 10.1.2.2 of stale a eth0")));
+}
+
+#[test]
+fn status_and_errors_for_bad_configs() {
+    let f = Fake::new();
+    f.status(&conf(r#"{"subnet":"10.1.2.0/24"}"#)).unwrap();
+    let e = f.status(&conf(r#"{"subnet":"10.1.2.0/31"}"#)).unwrap_err();
+    assert_eq!(e.code, 7);
+    let e = f.add("a", &conf(r#"{"type":"host-local"}"#)).unwrap_err();
+    assert_eq!((e.code, e.msg.as_str()), (7, "no IP ranges specified"));
+    // DEL does not need a valid config to release.
+    let good = conf(r#"{"subnet":"10.1.2.0/24"}"#);
+    f.add("a", &good).unwrap();
+    f.del("a", r#"{"name":"mynet"}"#);
+    assert!(f.live().is_empty());
+}
+
+#[test]
+fn ipv6_only() {
+    let f = Fake::new();
+    let c = conf(
+        r#"{"ranges":[[{"subnet":"2001:db8:5::/120","rangeStart":"2001:db8:5::10","rangeEnd":"2001:db8:5::11"}]],"reuseIPWait":0}"#,
+    );
+    assert_eq!(addrs(&f.add("a", &c).unwrap()), ["2001:db8:5::10/120"]);
+    assert_eq!(addrs(&f.add("b", &c).unwrap()), ["2001:db8:5::11/120"]);
+    assert_eq!(f.add("c", &c).unwrap_err().code, 999);
+    f.del("b", &c);
+    f.tick(1);
+    f.del("a", &c);
+    // No wait: the longest released comes back first.
+    assert_eq!(addrs(&f.add("c", &c).unwrap()), ["2001:db8:5::11/120"]);
+}
