@@ -7,8 +7,10 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand};
 use serde_json::{Map, Value};
 
+use crate::cni::config::DEFAULT_STATE_DIR;
 use crate::edge::{self, DEFAULT_CACHE_DIR};
 use crate::sandbox::{sha256_hex, Runtime};
+use crate::store::{admin, DiskStore};
 
 const DEFAULT_PLUGIN_DIR: &str = "/opt/cni/wasm";
 
@@ -70,6 +72,64 @@ enum Cmd {
     Plugins(DirArgs),
     /// Precompile every plugin into the artifact cache.
     Compile(DirArgs),
+    /// IPAM allocations in the state store.
+    #[command(subcommand)]
+    Ipam(IpamCmd),
+}
+
+#[derive(Subcommand)]
+enum IpamCmd {
+    /// List allocations with owner and age, and quarantined addresses with
+    /// the time they have left.
+    Ls {
+        /// Only this network.
+        #[arg(long)]
+        network: Option<String>,
+        #[command(flatten)]
+        store: StoreArgs,
+        /// Also list released addresses whose quarantine is over.
+        #[arg(long)]
+        all: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Import the reference host-local's allocations (`DIR/<network>/<ip>`
+    /// files, e.g. DIR=/var/lib/cni/networks) into the store, so a node can
+    /// switch to wasm-cni without losing them.
+    ImportHostLocal {
+        /// The reference plugin's dataDir.
+        dir: PathBuf,
+        /// Only this network.
+        #[arg(long)]
+        network: Option<String>,
+        #[command(flatten)]
+        store: StoreArgs,
+        /// Interface for legacy files that hold only a container id.
+        #[arg(long, default_value = "eth0")]
+        legacy_ifname: String,
+    },
+}
+
+#[derive(clap::Args)]
+struct StoreArgs {
+    /// wasm-cni's stateDir; the store is `<stateDir>/store`.
+    #[arg(long, default_value = DEFAULT_STATE_DIR)]
+    state_dir: PathBuf,
+    /// The store root itself, for networks whose config sets `ipam.dataDir`
+    /// (overrides --state-dir).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+}
+
+impl StoreArgs {
+    fn open(&self) -> DiskStore {
+        DiskStore::new(
+            &self
+                .data_dir
+                .clone()
+                .unwrap_or_else(|| self.state_dir.join("store")),
+        )
+    }
 }
 
 pub fn main() -> i32 {
@@ -86,6 +146,7 @@ pub fn main() -> i32 {
         Cmd::Del(a) => attach("DEL", a),
         Cmd::Plugins(d) => plugins(&d, false),
         Cmd::Compile(d) => plugins(&d, true),
+        Cmd::Ipam(c) => ipam(c),
     };
     match result {
         Ok(code) => code,
@@ -218,6 +279,51 @@ fn plugins(d: &DirArgs, compile: bool) -> Result<i32, String> {
         }
     }
     Ok(if failures == 0 { 0 } else { 1 })
+}
+
+fn ipam(cmd: IpamCmd) -> Result<i32, String> {
+    match cmd {
+        IpamCmd::Ls {
+            network,
+            store,
+            all,
+            json,
+        } => {
+            let views = admin::list(&store.open(), network.as_deref(), crate::state::now_ms())
+                .map_err(|e| format!("reading the store: {e}"))?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&views).map_err(|e| e.to_string())?
+                );
+            } else {
+                print!("{}", admin::render(&views, all));
+            }
+        }
+        IpamCmd::ImportHostLocal {
+            dir,
+            network,
+            store,
+            legacy_ifname,
+        } => {
+            let reports =
+                admin::import_host_local(&store.open(), &dir, network.as_deref(), &legacy_ifname)
+                    .map_err(|e| e.to_string())?;
+            for r in reports {
+                println!(
+                    "{}: {} imported, {} already present, {} cursor(s)",
+                    r.network,
+                    r.imported.len(),
+                    r.unchanged.len(),
+                    r.cursors.len()
+                );
+                for s in r.skipped {
+                    println!("{}: skipped {s}", r.network);
+                }
+            }
+        }
+    }
+    Ok(0)
 }
 
 fn plugin_names(dir: &Path) -> Result<Vec<String>, String> {

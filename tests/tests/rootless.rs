@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::json;
 use wasm_cni::chain::{Attachment, Executor};
 use wasm_cni::cni::{config, Command};
-use wasm_cni::net::{MemoryNet, Net, NsRef};
+use wasm_cni::net::{MemoryNet, NsRef};
 use wasm_cni::sandbox::Runtime;
 use wasm_cni::state::MemoryRecords;
 use wasm_cni::store::MemoryStore;

@@ -118,6 +118,7 @@ impl Executor {
                 Err((err, ipam_held)) => {
                     let reported = reported_by_plugin(&err);
                     self.rollback(att, index, prev.as_ref(), Some((reported, ipam_held)));
+                    self.delete_leftover_links(att);
                     return Err(err);
                 }
             }
@@ -141,6 +142,7 @@ impl Executor {
             // Without the record a later DEL could not find what to undo.
             let err = HostError::state("saving the attachment record", e);
             self.rollback(att, self.conf.chain.len(), Some(&result), None);
+            self.delete_leftover_links(att);
             return Err(err);
         }
         Ok(result)
@@ -385,6 +387,48 @@ impl Executor {
             }
         }
         errors
+    }
+
+    /// After a failed ADD is rolled back, delete the links its plugins
+    /// created that are still there: a plugin the host stopped halfway (a
+    /// trap, the deadline, a limit) cannot be relied on to know, in its DEL,
+    /// what it made before it was stopped. The set holds only links created
+    /// during this ADD (it starts empty), so nothing else can go. Best
+    /// effort: failures are logged, the ADD's own error is what is reported.
+    fn delete_leftover_links(&self, att: &Attachment) {
+        let created = self.created_links();
+        if created.node.is_empty() && created.container.is_empty() {
+            return;
+        }
+        let Ok(mut net) = self.net.lock() else {
+            return;
+        };
+        let Ok(node) = net.open(NsRef::Current) else {
+            return;
+        };
+        let container = att
+            .netns
+            .as_deref()
+            .filter(|p| !p.is_empty())
+            .and_then(|p| net.open(NsRef::Path(std::path::Path::new(p))).ok())
+            .filter(|id| !net.same_ns(*id, node));
+        let sides = [(Some(node), created.node), (container, created.container)];
+        for (ns, names) in sides {
+            let Some(ns) = ns else { continue };
+            for name in names {
+                match net.delete_link(ns, &name) {
+                    Ok(()) => log::info(format_args!("failed ADD: deleted leftover link {name}")),
+                    // A veth goes with its peer; DELs may have removed it.
+                    Err(NetError::NotFound(_)) => {}
+                    Err(e) => log::warn(format_args!(
+                        "failed ADD: cannot delete leftover link {name}: {e}"
+                    )),
+                }
+            }
+        }
+        if let Ok(mut c) = self.created.lock() {
+            *c = CreatedLinks::default();
+        }
     }
 
     fn net_access(&self, entry: &ChainEntry, att: &Attachment) -> NetAccess {

@@ -32,6 +32,7 @@ pub fn find(cni_path: &[PathBuf], plugin_type: &str) -> Option<PathBuf> {
 
 /// Execute `path` for `command` with `config` on stdin. Returns the parsed
 /// result for ADD, `None` otherwise.
+#[allow(clippy::too_many_arguments)]
 pub fn exec(
     path: &Path,
     plugin_type: &str,

@@ -58,11 +58,19 @@ impl StepServices {
             .and_then(Value::as_str)
             .map(str::to_string);
         let ipam_limits = entry.ipam_limits.clone();
-        let data_dir = entry
-            .raw
-            .get("dataDir")
+        let ipam_data_dir = ipam
+            .and_then(|i| i.get("dataDir"))
             .and_then(Value::as_str)
             .map(PathBuf::from);
+        // An IPAM plugin run as a chain step keeps its data where its own
+        // `ipam.dataDir` says, as it would when delegated to.
+        let data_dir = match entry.raw.get("dataDir").and_then(Value::as_str) {
+            Some(d) => Some(PathBuf::from(d)),
+            None if ipam_type.as_deref() == Some(entry.plugin_type.as_str()) => {
+                ipam_data_dir.clone()
+            }
+            None => None,
+        };
         StepServices {
             runtime,
             command,
@@ -73,10 +81,7 @@ impl StepServices {
             data_dir,
             ipam_type,
             ipam_limits,
-            ipam_data_dir: ipam
-                .and_then(|i| i.get("dataDir"))
-                .and_then(Value::as_str)
-                .map(PathBuf::from),
+            ipam_data_dir,
             // The delegate gets the very same request, prevResult included
             // (CHECK needs it).
             request: request.clone(),

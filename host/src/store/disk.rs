@@ -65,6 +65,7 @@ impl StateStore for DiskStore {
             .mode(0o600)
             .open(&lock_path)?;
         flock(&lock, FlockOperation::LockExclusive)?;
+        sweep_temp_files(&path);
         let data = match fs::read(&path) {
             Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
                 io::Error::new(
@@ -90,6 +91,25 @@ impl StateStore for DiskStore {
 
     fn networks(&self) -> io::Result<Vec<String>> {
         list(&self.root, |name| Some(name.to_string()))
+    }
+}
+
+/// Remove temporary files a killed writer left next to `path`. Only the lock
+/// holder writes, so under the lock any such file is an orphan.
+fn sweep_temp_files(path: &Path) {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
+        return;
+    };
+    let prefix = format!(".{name}.");
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.filter_map(Result::ok) {
+        let n = e.file_name();
+        let n = n.to_string_lossy();
+        if n.starts_with(&prefix) && n.ends_with(".tmp") {
+            let _ = fs::remove_file(e.path());
+        }
     }
 }
 
@@ -176,6 +196,24 @@ mod tests {
         assert!(!r.join("n/p.json").exists());
         let _ = fs::remove_dir_all(&r);
         fs::remove_dir_all(&elsewhere).unwrap();
+    }
+
+    #[test]
+    fn a_killed_writers_temp_file_is_swept_under_the_lock() {
+        let r = root("sweep");
+        let store = DiskStore::new(&r);
+        let scope = Scope {
+            network: "n".into(),
+            plugin: "p".into(),
+            data_dir: None,
+        };
+        fs::create_dir_all(r.join("n")).unwrap();
+        fs::write(r.join("n/.p.json.12345.tmp"), b"half").unwrap();
+        fs::write(r.join("n/.other.json.1.tmp"), b"not ours").unwrap();
+        drop(store.begin(&scope).unwrap());
+        assert!(!r.join("n/.p.json.12345.tmp").exists());
+        assert!(r.join("n/.other.json.1.tmp").exists());
+        fs::remove_dir_all(&r).unwrap();
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! A trap, a deadline or an error return leaves the stored state exactly as
 //! it was, which is what makes a half-done allocation impossible.
 
+pub mod admin;
 mod disk;
 #[cfg(any(test, feature = "fake"))]
 mod memory;
