@@ -24,7 +24,15 @@ fn reference_available() -> bool {
 
 fn sandbox(tag: &str) -> Sandbox {
     let sb = Sandbox::new(tag);
-    for p in ["bridge", "ptp", "macvlan", "loopback", "tuning", "static"] {
+    for p in [
+        "bridge",
+        "ptp",
+        "macvlan",
+        "loopback",
+        "tuning",
+        "static",
+        "host-local",
+    ] {
         sb.install(&plugin(p), p);
     }
     sb
@@ -270,6 +278,17 @@ struct Scenario {
 
 fn no_setup(_: &Pod) {}
 
+/// Stands for a fresh directory per run in a chain's config: the reference
+/// host-local keeps its files under `dataDir`, ours its store scope, and
+/// each run starts from an empty pool so both hand out the same address.
+const DATA_DIR: &str = "@DATA_DIR@";
+
+fn materialize(chain: &[Value], dir: &wasm_cni_tests::TempDir) -> Vec<Value> {
+    let text = serde_json::to_string(chain).unwrap();
+    let text = text.replace(DATA_DIR, dir.path().to_str().unwrap());
+    serde_json::from_str(&text).unwrap()
+}
+
 fn macvlan_parent(pod: &Pod) {
     // A veth with an address and a default route stands in for the NIC.
     pod.node.exec(&[
@@ -287,6 +306,13 @@ fn scenarios() -> Vec<Scenario> {
             chain: vec![
                 json!({"type":"bridge","bridge":"cbr0","isGateway":true,"ipam":stat("10.210.1.5/24","10.210.1.1")}),
             ],
+            setup: no_setup,
+        },
+        Scenario {
+            name: "bridge+host-local",
+            chain: vec![json!({"type":"bridge","bridge":"cbr1","isGateway":true,
+                "ipam":{"type":"host-local","subnet":"10.210.5.0/24","routes":[{"dst":"0.0.0.0/0"}],
+                        "dataDir": DATA_DIR}})],
             setup: no_setup,
         },
         Scenario {
@@ -319,21 +345,24 @@ fn scenarios() -> Vec<Scenario> {
 
 fn run_scenario(s: &Scenario, version: &str) {
     // Reference plugins.
+    let rdir = wasm_cni_tests::TempDir::new("refdata");
+    let rchain = materialize(&s.chain, &rdir);
     let rpod = Pod::new("r");
     (s.setup)(&rpod);
-    let rresult = reference_chain_add(&rpod, version, &s.chain);
+    let rresult = reference_chain_add(&rpod, version, &rchain);
     let rstate = (state(&rpod.node), state(&rpod.ctr));
     if version != "0.3.1" {
-        reference_chain(&rpod, "CHECK", version, &s.chain, &rresult);
+        reference_chain(&rpod, "CHECK", version, &rchain, &rresult);
     }
-    reference_chain(&rpod, "DEL", version, &s.chain, &rresult);
+    reference_chain(&rpod, "DEL", version, &rchain, &rresult);
     let rafter = (state(&rpod.node), state(&rpod.ctr));
 
     // wasm-cni, one process for the whole chain.
     let sb = sandbox("conf");
     let wpod = Pod::new("w");
     (s.setup)(&wpod);
-    let conf = sb.conf(version, "confnet", json!(s.chain));
+    let wdir = wasm_cni_tests::TempDir::new("wdata");
+    let conf = sb.conf(version, "confnet", json!(materialize(&s.chain, &wdir)));
     let add = wpod.run(Invocation::new("ADD"), &conf);
     add.assert_ok();
     let wresult = add.json();
@@ -373,6 +402,7 @@ macro_rules! conformance {
 
 conformance! {
     bridge_static_matches_the_reference => "bridge+static",
+    bridge_host_local_matches_the_reference => "bridge+host-local",
     ptp_static_matches_the_reference => "ptp+static",
     macvlan_static_matches_the_reference => "macvlan+static",
     tuning_after_ptp_matches_the_reference => "ptp+tuning",
@@ -390,13 +420,17 @@ fn every_scenario_works_at_1_1_0() {
         let sb = sandbox("v11");
         let pod = Pod::new("v");
         (s.setup)(&pod);
-        let conf = sb.conf("1.1.0", "confnet", json!(s.chain));
+        let (wdir, rdir) = (
+            wasm_cni_tests::TempDir::new("v11w"),
+            wasm_cni_tests::TempDir::new("v11r"),
+        );
+        let conf = sb.conf("1.1.0", "confnet", json!(materialize(&s.chain, &wdir)));
         let add = pod.run(Invocation::new("ADD"), &conf);
         add.assert_ok();
         assert_eq!(add.json()["cniVersion"], "1.1.0");
         let rpod = Pod::new("q");
         (s.setup)(&rpod);
-        let r = reference_chain_add(&rpod, "1.0.0", &s.chain);
+        let r = reference_chain_add(&rpod, "1.0.0", &materialize(&s.chain, &rdir));
         let mut ours = norm_result(&add.json());
         ours["cniVersion"] = json!("1.0.0");
         assert_eq!(ours, norm_result(&r), "{}", s.name);
