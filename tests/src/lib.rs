@@ -360,12 +360,22 @@ impl Netns {
 
     /// Links, addresses, routes (all tables) and the sysctls that plugins
     /// touch, as comparable text: equal snapshots mean nothing changed.
+    /// IPv6 link-local addresses and their routes are left out: the kernel
+    /// makes them itself, asynchronously (DAD), whoever brought a link up.
     pub fn snapshot(&self) -> String {
         let mut out = String::new();
         out += &self.exec(&["ip", "-d", "-o", "link", "show"]);
-        out += &self.exec(&["ip", "-o", "addr", "show"]);
-        out += &self.exec(&["ip", "route", "show", "table", "all"]);
-        out += &self.exec(&["ip", "-6", "route", "show", "table", "all"]);
+        let kernel_made = |l: &&str| l.contains("fe80:") || l.contains("ff00::/8");
+        for cmd in [
+            &["ip", "-o", "addr", "show"][..],
+            &["ip", "route", "show", "table", "all"],
+            &["ip", "-6", "route", "show", "table", "all"],
+        ] {
+            for line in self.exec(cmd).lines().filter(|l| !kernel_made(l)) {
+                out += line;
+                out.push('\n');
+            }
+        }
         for key in [
             "net.ipv4.ip_forward",
             "net.ipv4.conf.all.forwarding",

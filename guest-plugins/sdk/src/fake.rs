@@ -8,8 +8,10 @@
 //! CNI_IFNAME, change it, `lo` and created links; node namespace: create
 //! freely, change created links and the ones the config names — a bridge
 //! or macvlan master must be config-named, see [`FakeHost::allow_node_link`];
-//! delete only created links; sysctls under `net.`, per-interface ones only
-//! for changeable links, node-wide ones only the forwarding switches).
+//! a container-side bridge the config names may be used as a master only, see
+//! [`FakeHost::allow_container_bridge`]; delete only created links; sysctls
+//! under `net.`, per-interface ones only for changeable links, node-wide ones
+//! only the forwarding switches).
 //!
 //! Setup and inspection methods on [`FakeHost`] bypass the policy.
 
@@ -81,6 +83,16 @@ struct FakeLink {
     mac_set: bool,
     /// For a veth: the namespace and index of the peer.
     peer: Option<(NsId, u32)>,
+    /// For a tap: how it was created.
+    tap: Option<TapInfo>,
+}
+
+/// How a tap device was created (what `Link` does not report).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TapInfo {
+    pub multi_queue: bool,
+    pub owner: Option<u32>,
+    pub group: Option<u32>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -116,6 +128,8 @@ struct World {
     next_mac: u32,
     attachment: Attachment,
     node_allowed: Vec<String>,
+    /// Container-side bridges the config names (usable as masters only).
+    container_bridges: Vec<String>,
     policy: bool,
     ipam_result: Option<CniResult>,
     ipam_errors: BTreeMap<String, CniError>,
@@ -178,6 +192,7 @@ impl World {
                 ifname: ifname.into(),
             },
             node_allowed: Vec::new(),
+            container_bridges: Vec::new(),
             policy: true,
             ipam_result: None,
             ipam_errors: BTreeMap::new(),
@@ -258,6 +273,7 @@ impl World {
             hairpin: false,
             mac_set: false,
             peer: None,
+            tap: None,
         });
         for (k, v) in per_link_keys(name) {
             ns.sysctls.insert(k, v.into());
@@ -333,6 +349,13 @@ impl World {
                 ns.created.iter().any(|c| c == name) || self.node_allowed.iter().any(|c| c == name)
             }
         }
+    }
+
+    /// The host's policy for using `bridge` in `id` as a master: a bridge
+    /// the plugin may change, or a container-side one its config names.
+    fn may_enslave_to(&self, id: NsId, bridge: &str) -> bool {
+        self.may_change(id, bridge)
+            || (id == NsId::Container && self.container_bridges.iter().any(|b| b == bridge))
     }
 
     fn may_create(&self, id: NsId, name: &str) -> bool {
@@ -500,6 +523,12 @@ impl FakeHost {
         self.world.borrow_mut().node_allowed.push(name.into());
     }
 
+    /// The config names `name` as a bridge in the container namespace: it
+    /// may be used as a master there (and nothing else).
+    pub fn allow_container_bridge(&self, name: &str) {
+        self.world.borrow_mut().container_bridges.push(name.into());
+    }
+
     /// Turns the host policy off.
     pub fn disable_policy(&self) {
         self.world.borrow_mut().policy = false;
@@ -653,6 +682,14 @@ impl FakeHost {
 
     pub fn sysctl(&self, id: NsId, key: &str) -> Option<String> {
         self.world.borrow().ns[id.index()].sysctls.get(key).cloned()
+    }
+
+    /// How tap `name` was created (`None` if it is not a tap made by
+    /// `create_tap`).
+    pub fn tap(&self, id: NsId, name: &str) -> Option<TapInfo> {
+        let w = self.world.borrow();
+        let ns = &w.ns[id.index()];
+        ns.find(name).and_then(|i| ns.links[i].tap)
     }
 
     pub fn hairpin(&self, id: NsId, name: &str) -> Option<bool> {
@@ -877,6 +914,59 @@ impl FakeNs {
         w.check_failure(op, arg)?;
         f(&mut w, self.id)
     }
+
+    /// A macvlan or (`kind` "macvtap") macvtap on `master`, here, as `name`
+    /// in `target`.
+    #[allow(clippy::too_many_arguments)]
+    fn macvlan(
+        &self,
+        kind: &str,
+        name: &str,
+        master: &str,
+        mode: MacvlanMode,
+        mtu: Option<u32>,
+        mac: Option<&str>,
+        target: &Self,
+    ) -> NetResult<Link> {
+        let target_id = target.id;
+        self.with(&format!("create_{kind}"), name, |w, id| {
+            w.alive(target_id)?;
+            check_name(name)?;
+            let mac = check_mac(mac)?;
+            let m = w.link_pos(id, master)?;
+            if !w.may_change(id, master) {
+                return Err(World::refuse("master", master));
+            }
+            let master_link = w.ns[id.index()].links[m].link.clone();
+            let mtu = mtu.unwrap_or(master_link.mtu);
+            if mtu > master_link.mtu {
+                return Err(NetError::Kernel(
+                    -22,
+                    format!("mtu {mtu} greater than master's"),
+                ));
+            }
+            if !w.may_create(target_id, name) {
+                return Err(World::refuse("link", name));
+            }
+            if w.ns[target_id.index()].find(name).is_some() {
+                return Err(NetError::Exists(format!("link {name:?}")));
+            }
+            w.new_link(target_id, name, kind, mtu, false);
+            let ns = &mut w.ns[target_id.index()];
+            let i = ns.links.len() - 1;
+            ns.links[i].link.macvlan_mode = Some(mode);
+            ns.links[i].link.master = None;
+            if kind == "macvtap" {
+                // The kernel's default for a macvtap.
+                ns.links[i].link.txqlen = 500;
+            }
+            if let Some(mac) = mac {
+                ns.links[i].link.mac = mac;
+            }
+            ns.created.push(name.into());
+            Ok(w.describe(target_id, i))
+        })
+    }
 }
 
 fn check_name(name: &str) -> NetResult<()> {
@@ -995,39 +1085,55 @@ impl Ops for FakeNs {
         mac: Option<&str>,
         target: &Self,
     ) -> NetResult<Link> {
-        let target_id = target.id;
-        self.with("create_macvlan", name, |w, id| {
-            w.alive(target_id)?;
+        self.macvlan("macvlan", name, master, mode, mtu, mac, target)
+    }
+
+    fn create_macvtap(
+        &self,
+        name: &str,
+        master: &str,
+        mode: MacvlanMode,
+        mtu: Option<u32>,
+        mac: Option<&str>,
+        target: &Self,
+    ) -> NetResult<Link> {
+        self.macvlan("macvtap", name, master, mode, mtu, mac, target)
+    }
+
+    fn create_tap(
+        &self,
+        name: &str,
+        mtu: Option<u32>,
+        mac: Option<&str>,
+        multi_queue: bool,
+        owner: Option<u32>,
+        group: Option<u32>,
+    ) -> NetResult<Link> {
+        self.with("create_tap", name, |w, id| {
             check_name(name)?;
             let mac = check_mac(mac)?;
-            let m = w.link_pos(id, master)?;
-            if !w.may_change(id, master) {
-                return Err(World::refuse("master", master));
+            if let Some(m) = mtu {
+                check_mtu(m)?;
             }
-            let master_link = w.ns[id.index()].links[m].link.clone();
-            let mtu = mtu.unwrap_or(master_link.mtu);
-            if mtu > master_link.mtu {
-                return Err(NetError::Kernel(
-                    -22,
-                    format!("mtu {mtu} greater than master's"),
-                ));
-            }
-            if !w.may_create(target_id, name) {
+            if !w.may_create(id, name) {
                 return Err(World::refuse("link", name));
             }
-            if w.ns[target_id.index()].find(name).is_some() {
+            if w.ns[id.index()].find(name).is_some() {
                 return Err(NetError::Exists(format!("link {name:?}")));
             }
-            w.new_link(target_id, name, "macvlan", mtu, false);
-            let ns = &mut w.ns[target_id.index()];
+            w.new_link(id, name, "tun", mtu.unwrap_or(1500), false);
+            let ns = &mut w.ns[id.index()];
             let i = ns.links.len() - 1;
-            ns.links[i].link.macvlan_mode = Some(mode);
-            ns.links[i].link.master = None;
+            ns.links[i].tap = Some(TapInfo {
+                multi_queue,
+                owner,
+                group,
+            });
             if let Some(mac) = mac {
                 ns.links[i].link.mac = mac;
             }
             ns.created.push(name.into());
-            Ok(w.describe(target_id, i))
+            Ok(w.describe(id, i))
         })
     }
 
@@ -1066,7 +1172,7 @@ impl Ops for FakeNs {
                 Some("") => Some(None),
                 Some(br) => {
                     let b = w.link_pos(id, br)?;
-                    if !w.may_change(id, br) {
+                    if !w.may_enslave_to(id, br) {
                         return Err(World::refuse("bridge", br));
                     }
                     let bl = &w.ns[id.index()].links[b].link;
@@ -1380,6 +1486,73 @@ mod tests {
             .set_sysctl("net.ipv4.nope", "1")
             .unwrap_err()
             .is_not_found());
+    }
+
+    #[test]
+    fn taps_macvtaps_and_container_bridges() {
+        let host = FakeHost::new("eth0");
+        let (c, n) = (host.ns(NsId::Container), host.ns(NsId::Node));
+        assert!(matches!(
+            c.create_tap("eth1", None, None, false, None, None),
+            Err(NetError::Refused(_))
+        ));
+        let l = c
+            .create_tap(
+                "eth0",
+                Some(9000),
+                Some("02:00:00:00:00:05"),
+                true,
+                Some(107),
+                None,
+            )
+            .unwrap();
+        assert_eq!(
+            (l.kind.as_str(), l.mtu, l.mac.as_str()),
+            ("tun", 9000, "02:00:00:00:00:05")
+        );
+        let info = TapInfo {
+            multi_queue: true,
+            owner: Some(107),
+            group: None,
+        };
+        assert_eq!(host.tap(NsId::Container, "eth0"), Some(info));
+        assert!(c
+            .create_tap("eth0", None, None, false, None, None)
+            .unwrap_err()
+            .is_exists());
+        // A container-side bridge: a master only once the config names it.
+        host.add_link(NsId::Container, "br0", "bridge", 1500);
+        let to_br0 = LinkSettings {
+            master: Some("br0".into()),
+            ..LinkSettings::default()
+        };
+        assert!(matches!(
+            c.set_link("eth0", &to_br0),
+            Err(NetError::Refused(_))
+        ));
+        host.allow_container_bridge("br0");
+        let l = c.set_link("eth0", &to_br0).unwrap();
+        assert_eq!(l.master, host.link(NsId::Container, "br0").map(|b| b.index));
+        assert!(matches!(
+            c.set_link("br0", &LinkSettings::up()),
+            Err(NetError::Refused(_))
+        ));
+        assert!(matches!(c.delete_link("br0"), Err(NetError::Refused(_))));
+        c.delete_link("eth0").unwrap();
+
+        assert!(matches!(
+            n.create_macvtap("eth0", "ens3", MacvlanMode::Vepa, None, None, &c),
+            Err(NetError::Refused(_))
+        ));
+        host.allow_node_link("ens3");
+        let l = n
+            .create_macvtap("eth0", "ens3", MacvlanMode::Vepa, None, None, &c)
+            .unwrap();
+        assert_eq!(
+            (l.kind.as_str(), l.macvlan_mode, l.txqlen),
+            ("macvtap", Some(MacvlanMode::Vepa), 500)
+        );
+        assert_eq!(host.link_names(NsId::Node), ["lo", "ens3"]);
     }
 
     #[test]

@@ -324,6 +324,36 @@ impl Ops for WitNs {
             .into())
     }
 
+    fn create_macvtap(
+        &self,
+        name: &str,
+        master: &str,
+        mode: MacvlanMode,
+        mtu: Option<u32>,
+        mac: Option<&str>,
+        target: &Self,
+    ) -> NetResult<Link> {
+        Ok(self
+            .0
+            .create_macvtap(name, master, mode_to_wit(mode), mtu, mac, &target.0)?
+            .into())
+    }
+
+    fn create_tap(
+        &self,
+        name: &str,
+        mtu: Option<u32>,
+        mac: Option<&str>,
+        multi_queue: bool,
+        owner: Option<u32>,
+        group: Option<u32>,
+    ) -> NetResult<Link> {
+        Ok(self
+            .0
+            .create_tap(name, mtu, mac, multi_queue, owner, group)?
+            .into())
+    }
+
     fn link_by_name(&self, name: &str) -> NetResult<Link> {
         Ok(self.0.link_by_name(name)?.into())
     }

@@ -192,6 +192,27 @@ pub trait Ops {
         mac: Option<&str>,
         target: &Self,
     ) -> NetResult<Link>;
+    /// Same for a macvtap (a macvlan with a tap character device).
+    fn create_macvtap(
+        &self,
+        name: &str,
+        master: &str,
+        mode: MacvlanMode,
+        mtu: Option<u32>,
+        mac: Option<&str>,
+        target: &Self,
+    ) -> NetResult<Link>;
+    /// Creates a persistent tap device `name` here (via /dev/net/tun), owned
+    /// by `owner`/`group` when given.
+    fn create_tap(
+        &self,
+        name: &str,
+        mtu: Option<u32>,
+        mac: Option<&str>,
+        multi_queue: bool,
+        owner: Option<u32>,
+        group: Option<u32>,
+    ) -> NetResult<Link>;
 
     fn link_by_name(&self, name: &str) -> NetResult<Link>;
     fn link_by_index(&self, index: u32) -> NetResult<Link>;

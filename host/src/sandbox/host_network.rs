@@ -131,6 +131,8 @@ enum Ask<'a> {
     Read,
     Create(Side, &'a str),
     Change(Side, &'a str),
+    /// Use as a bridge master.
+    Enslave(Side, &'a str),
     Delete(Side, &'a str),
     Sysctl(Side, &'a str, bool),
 }
@@ -180,6 +182,7 @@ impl Ctx {
                 Ask::Read => Ok(()),
                 Ask::Create(side, n) => grants.create(side, n),
                 Ask::Change(side, n) => grants.change(side, n),
+                Ask::Enslave(side, n) => grants.enslave(side, n),
                 Ask::Delete(side, n) => grants.delete(side, n),
                 Ask::Sysctl(side, k, write) => grants.sysctl(side, k, write),
             };
@@ -298,11 +301,19 @@ impl HostNetns for Ctx {
         mtu: Option<u32>,
     ) -> R<Link> {
         let (side, id) = self.handle(&ns)?;
-        // A bridge is shared by attachments: only the one the config names,
-        // and it is never recorded as this attachment's.
-        let out = self.act(&[Ask::Change(side, &name)], |net| {
-            net.ensure_bridge(id, &name, mtu)
-        })?;
+        // In the node a bridge is shared by attachments: only the one the
+        // config names (or one of the attachment's own), never recorded as
+        // this attachment's. In the container it is a link like any other:
+        // only CNI_IFNAME, and recorded, so that nothing the attachment
+        // made there is unaccounted for.
+        let ask = match side {
+            Side::Node => Ask::Change(side, &name),
+            Side::Container => Ask::Create(side, &name),
+        };
+        let out = self.act(&[ask], |net| net.ensure_bridge(id, &name, mtu))?;
+        if out.is_ok() && side == Side::Container {
+            self.record_created(side, &name);
+        }
         Ok(out.map(link_to_wit))
     }
 
@@ -383,7 +394,7 @@ impl HostNetns for Ctx {
         let master = settings.master.clone().unwrap_or_default();
         let mut asks = vec![Ask::Change(side, &name)];
         if !master.is_empty() {
-            asks.push(Ask::Change(side, &master));
+            asks.push(Ask::Enslave(side, &master));
         }
         let change = LinkChange {
             up: settings.up,
@@ -535,7 +546,7 @@ impl Ctx {
             return false;
         };
         net.routes(node, master, None)
-            .map(|routes| routes.iter().any(|r| r.dst.prefix == 0 && r.gw.is_some()))
+            .map(|routes| routes.iter().any(|r| r.dst.prefix == 0))
             .unwrap_or(false)
     }
 

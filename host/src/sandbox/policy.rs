@@ -2,7 +2,9 @@
 //! point every `network` import passes through before the host acts.
 //!
 //! * Container namespace: create only CNI_IFNAME; change or delete
-//!   CNI_IFNAME, `lo` and links this attachment created.
+//!   CNI_IFNAME, `lo` and links this attachment created; a bridge the
+//!   plugin's config names (the reference tap's `bridge` lives there) may
+//!   be used as a master, and for nothing else.
 //! * Node namespace: create links under fresh names (they become the
 //!   attachment's); change or enslave links the attachment created and
 //!   links the plugin's own config names (`bridge`, `master`); delete only
@@ -47,7 +49,9 @@ const PER_INTERFACE: &[&str] = &[
 pub struct Grants {
     /// CNI_IFNAME.
     pub ifname: String,
-    /// Node links the plugin's config names (`bridge`, `master`).
+    /// Links the plugin's config names (`bridge`, `master`): changeable in
+    /// the node namespace; in the container namespace only usable as a
+    /// bridge master ([`Grants::enslave`]).
     pub config_named: BTreeSet<String>,
     /// Links this attachment created, per side.
     pub created_node: BTreeSet<String>,
@@ -92,6 +96,19 @@ impl Grants {
                 side.as_str()
             ))
         }
+    }
+
+    /// May the plugin make `bridge` the master of a link it may change?
+    /// Any bridge it may change, and in the container namespace also one
+    /// its config names: joining a bridge adds a port and changes nothing
+    /// else of it (the backend accepts only bridges as masters), and the
+    /// name comes from the config, not from the plugin.
+    pub fn enslave(&self, side: Side, bridge: &str) -> Verdict {
+        if side == Side::Container && self.config_named.contains(bridge) {
+            return Ok(());
+        }
+        self.change(side, bridge)
+            .map_err(|why| format!("may not use {bridge:?} as a master: {why}"))
     }
 
     /// May the plugin delete `name`?
@@ -184,6 +201,27 @@ mod tests {
         // Config-named links may be changed but never deleted.
         assert!(g.delete(Side::Node, "cni0").is_err());
         assert!(g.delete(Side::Node, "lo").is_err());
+    }
+
+    #[test]
+    fn config_named_container_bridge_is_a_master_only() {
+        let g = grants();
+        // cni0 is config-named: in the container it may become a master...
+        assert!(g.enslave(Side::Container, "cni0").is_ok());
+        // ...but is not changed, deleted or its sysctls written.
+        assert!(g.change(Side::Container, "cni0").is_err());
+        assert!(g.delete(Side::Container, "cni0").is_err());
+        assert!(g
+            .sysctl(Side::Container, "net.ipv4.conf.cni0.forwarding", true)
+            .is_err());
+        // A bridge the config does not name stays out of reach.
+        assert!(g.enslave(Side::Container, "br-other").is_err());
+        // What may be changed may also be a master; the node side is
+        // unchanged (config-named or created links only).
+        assert!(g.enslave(Side::Container, "eth0").is_ok());
+        assert!(g.enslave(Side::Node, "cni0").is_ok());
+        assert!(g.enslave(Side::Node, "veth0123abcd").is_ok());
+        assert!(g.enslave(Side::Node, "br-other").is_err());
     }
 
     #[test]

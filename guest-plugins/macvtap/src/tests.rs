@@ -1,0 +1,333 @@
+//! macvtap logic against the SDK's fake host.
+
+use wasm_cni_sdk::fake::{ipam_result, FakeHost, NsId, NETNS_PATH};
+use wasm_cni_sdk::net::{LinkSettings, MacvlanMode, NetError, Ops, RouteSpec};
+use wasm_cni_sdk::{CniError, CniResult, Dns, Plugin, Request};
+
+use crate::Macvtap;
+
+const NODE: NsId = NsId::Node;
+const CONT: NsId = NsId::Container;
+
+fn conf(extra: &str) -> String {
+    let sep = if extra.is_empty() { "" } else { "," };
+    format!(r#"{{"cniVersion":"1.1.0","name":"mvt","type":"macvtap"{sep}{extra}}}"#)
+}
+
+fn l3(extra: &str) -> String {
+    let sep = if extra.is_empty() { "" } else { "," };
+    conf(&format!(r#""ipam":{{"type":"static"}}{sep}{extra}"#))
+}
+
+fn new_host() -> FakeHost {
+    let host = FakeHost::new("eth0");
+    // The host grants the master: config-named, or (no `master`) the
+    // default-route link; the fake models both as an allowed node link.
+    host.allow_node_link("ens3");
+    host.set_ipam_result(ipam_result(
+        &[("192.168.1.50/24", Some("192.168.1.1"))],
+        &["0.0.0.0/0"],
+    ));
+    host
+}
+
+fn add(host: &FakeHost, config: &str) -> Result<CniResult, CniError> {
+    Macvtap::add(host, &host.request(config))
+}
+
+#[test]
+fn default_master_is_the_default_route_interface() {
+    let host = new_host();
+    let r = add(&host, &conf("")).unwrap();
+    let l = host.link(CONT, "eth0").unwrap();
+    assert_eq!(
+        (l.kind.as_str(), l.macvlan_mode, l.up, l.mtu, l.promisc),
+        ("macvtap", Some(MacvlanMode::Bridge), true, 1500, false)
+    );
+    assert_eq!(l.txqlen, 1000, "the master's queue length, as kubevirt");
+    assert_eq!(r.interfaces.len(), 1);
+    assert_eq!(r.interfaces[0].name, "eth0");
+    assert_eq!(r.interfaces[0].mac.as_deref(), Some(l.mac.as_str()));
+    assert_eq!(r.interfaces[0].sandbox.as_deref(), Some(NETNS_PATH));
+    assert!(r.ips.is_empty() && r.dns.is_none());
+    assert_eq!(host.link_names(NODE), ["lo", "ens3"], "nothing on the node");
+
+    let host = FakeHost::new("eth0");
+    host.remove_route(NODE, "0.0.0.0/0");
+    let before = host.snapshot();
+    let e = add(&host, &conf("")).unwrap_err();
+    assert_eq!(
+        (e.code, e.msg.as_str()),
+        (999, "no default route interface found")
+    );
+    assert_eq!(host.snapshot(), before);
+    // An IPv6 default route is used when there is no IPv4 one.
+    host.add_link(NODE, "ens4", "device", 9000);
+    host.allow_node_link("ens4");
+    host.add_route(
+        NODE,
+        RouteSpec {
+            dst: "::/0".into(),
+            gw: Some("fe80::1".into()),
+            dev: Some("ens4".into()),
+            ..RouteSpec::default()
+        },
+    );
+    add(&host, &conf("")).unwrap();
+    assert_eq!(host.link(CONT, "eth0").unwrap().mtu, 9000);
+}
+
+#[test]
+fn modes_and_validation() {
+    for (mode, want) in [
+        ("", MacvlanMode::Bridge),
+        ("bridge", MacvlanMode::Bridge),
+        ("private", MacvlanMode::Private),
+        ("vepa", MacvlanMode::Vepa),
+        ("passthru", MacvlanMode::Passthru),
+    ] {
+        let host = new_host();
+        add(&host, &conf(&format!(r#""master":"ens3","mode":"{mode}""#))).unwrap();
+        assert_eq!(host.link(CONT, "eth0").unwrap().macvlan_mode, Some(want));
+    }
+    let host = new_host();
+    let before = host.snapshot();
+    for (extra, code, msg) in [
+        (r#""mode":"foo""#, 7, r#"unknown macvtap mode: "foo""#),
+        (
+            r#""mtu":9000"#,
+            7,
+            "invalid MTU 9000, must be [0, master MTU(1500)]",
+        ),
+        (
+            r#""mtu":-1"#,
+            7,
+            "invalid MTU -1, must be [0, master MTU(1500)]",
+        ),
+        (
+            r#""master":"nope""#,
+            999,
+            r#"failed to lookup master "nope": not found"#,
+        ),
+        (
+            r#""mac":"nope""#,
+            7,
+            r#"invalid MAC address "nope" (from mac)"#,
+        ),
+        (r#""promiscMode":"on""#, 7, "failed to load netconf"),
+        (
+            r#""deviceID":"macvtap7""#,
+            2,
+            r#"unsupported field deviceID: "macvtap7""#,
+        ),
+        (r#""owner":107"#, 2, "unsupported field owner: 107"),
+        (r#""group":107"#, 2, "unsupported field group: 107"),
+        (
+            r#""linkInContainer":true"#,
+            2,
+            "unsupported field linkInContainer: true",
+        ),
+        (
+            r#""bcqueuelen":100"#,
+            2,
+            "unsupported field bcqueuelen: 100",
+        ),
+    ] {
+        let e = add(&host, &conf(extra)).unwrap_err();
+        assert_eq!(e.code, code, "{extra}: {e}");
+        assert!(e.msg.starts_with(msg), "{extra}: {}", e.msg);
+    }
+    assert_eq!(host.snapshot(), before);
+    // Defaults and nulls are not "set".
+    let req = host.request(&conf(
+        r#""mtu":1400,"deviceID":null,"linkInContainer":false,"bcqueuelen":0"#,
+    ));
+    Macvtap::add(&host, &req).unwrap();
+    assert_eq!(host.link(CONT, "eth0").unwrap().mtu, 1400);
+}
+
+#[test]
+fn promisc_mode() {
+    let host = new_host();
+    add(&host, &conf(r#""promiscMode":true"#)).unwrap();
+    assert!(host.link(CONT, "eth0").unwrap().promisc);
+}
+
+#[test]
+fn mac_priority_config_then_cni_args_then_runtime_config() {
+    let host = new_host();
+    let mut req = host.request(&conf(r#""mac":"02:00:00:00:00:01""#));
+    Macvtap::add(&host, &req).unwrap();
+    assert_eq!(host.link(CONT, "eth0").unwrap().mac, "02:00:00:00:00:01");
+    Macvtap::del(&host, &req).unwrap();
+    req.args = vec![("MAC".into(), "02:00:00:00:00:02".into())];
+    Macvtap::add(&host, &req).unwrap();
+    assert_eq!(host.link(CONT, "eth0").unwrap().mac, "02:00:00:00:00:02");
+    Macvtap::del(&host, &req).unwrap();
+    req.config = conf(r#""mac":"02:00:00:00:00:01","runtimeConfig":{"mac":"02:00:00:00:00:03"}"#);
+    let r = Macvtap::add(&host, &req).unwrap();
+    assert_eq!(r.interfaces[0].mac.as_deref(), Some("02:00:00:00:00:03"));
+    Macvtap::del(&host, &req).unwrap();
+    req.args = vec![("BOGUS".into(), "1".into())];
+    assert_eq!(Macvtap::add(&host, &req).unwrap_err().code, 4);
+}
+
+#[test]
+fn ipam_configures_the_link_and_dns_comes_from_config_only() {
+    let host = new_host();
+    let mut res = ipam_result(&[("192.168.1.50/24", Some("192.168.1.1"))], &["0.0.0.0/0"]);
+    res.dns = Some(Dns {
+        nameservers: vec!["192.168.1.53".into()],
+        ..Dns::default()
+    });
+    host.set_ipam_result(res);
+    let r = add(&host, &l3(r#""mode":"vepa""#)).unwrap();
+    assert_eq!(r.ips[0].interface, Some(0));
+    assert_eq!(r.dns, None);
+    assert_eq!(host.addresses(CONT, "eth0"), ["192.168.1.50/24"]);
+    assert!(host
+        .routes(CONT)
+        .contains(&"0.0.0.0/0 via 192.168.1.1 dev eth0".to_string()));
+    for key in [
+        "net.ipv4.conf.eth0.arp_notify",
+        "net.ipv6.conf.eth0.ndisc_notify",
+    ] {
+        assert_eq!(host.sysctl(CONT, key).as_deref(), Some("1"), "{key}");
+    }
+    assert!(host.link(CONT, "eth0").unwrap().up);
+    Macvtap::del(&host, &host.request(&l3(""))).unwrap();
+    let r = add(&host, &l3(r#""dns":{"nameservers":["9.9.9.9"]}"#)).unwrap();
+    assert_eq!(r.dns.unwrap().nameservers, ["9.9.9.9"]);
+}
+
+#[test]
+fn failed_add_removes_the_link_and_releases_the_ip() {
+    let host = new_host();
+    let before = host.snapshot();
+    host.set_ipam_error("add", CniError::internal("range exhausted"));
+    assert_eq!(add(&host, &l3("")).unwrap_err().msg, "range exhausted");
+    assert_eq!(host.snapshot(), before);
+
+    let host = new_host();
+    let before = host.snapshot();
+    host.fail_next(
+        "add_route",
+        "",
+        NetError::Kernel(-22, "invalid argument".into()),
+    );
+    add(&host, &l3("")).unwrap_err();
+    assert_eq!(host.ipam_calls(), ["add", "del"]);
+    assert_eq!(host.snapshot(), before);
+
+    let host = new_host();
+    let before = host.snapshot();
+    host.fail_next("set_link", "eth0", NetError::Kernel(-1, "boom".into()));
+    let e = add(&host, &conf(r#""promiscMode":true"#)).unwrap_err();
+    assert!(
+        e.msg.starts_with(r#"failed to configure "eth0""#),
+        "{}",
+        e.msg
+    );
+    assert_eq!(host.snapshot(), before);
+}
+
+#[test]
+fn an_ungranted_master_is_refused_cleanly() {
+    let host = FakeHost::new("eth0");
+    host.add_link(NODE, "ens9", "device", 1500);
+    let before = host.snapshot();
+    for extra in [r#""master":"ens9""#, ""] {
+        let e = add(&host, &conf(extra)).unwrap_err();
+        assert!(
+            e.msg.starts_with("failed to create macvtap: refused"),
+            "{}",
+            e.msg
+        );
+        assert_eq!(host.snapshot(), before);
+    }
+}
+
+#[test]
+fn del_is_idempotent() {
+    let host = new_host();
+    let req = host.request(&l3(r#""master":"gone","deviceID":"x""#));
+    Macvtap::del(&host, &req).unwrap();
+    let req = host.request(&l3(""));
+    Macvtap::add(&host, &req).unwrap();
+    Macvtap::del(&host, &req).unwrap();
+    Macvtap::del(&host, &req).unwrap();
+    assert_eq!(host.link_names(CONT), ["lo"]);
+    assert_eq!(host.ipam_calls(), ["del", "add", "del", "del"]);
+    Macvtap::add(&host, &req).unwrap();
+    host.remove_container_netns();
+    Macvtap::del(&host, &req).unwrap();
+}
+
+#[test]
+fn check_validates_type_mode_mac_promisc_and_addresses() {
+    let host = new_host();
+    let cfg = l3(r#""mode":"vepa","promiscMode":true"#);
+    let r = add(&host, &cfg).unwrap();
+    let with_prev = |config: &str, prev: &CniResult| -> Request {
+        let mut req = host.request(config);
+        req.prev_result = Some(prev.clone());
+        req
+    };
+    Macvtap::check(&host, &with_prev(&cfg, &r)).unwrap();
+    let e = Macvtap::check(&host, &with_prev(&l3(r#""promiscMode":true"#), &r)).unwrap_err();
+    assert_eq!(
+        e.msg,
+        "container macvtap mode vepa does not match expected value: bridge"
+    );
+    let mut other_mac = r.clone();
+    other_mac.interfaces[0].mac = Some("02:00:00:00:00:99".into());
+    let e = Macvtap::check(&host, &with_prev(&cfg, &other_mac)).unwrap_err();
+    assert!(
+        e.msg.starts_with("interface eth0 Mac 02:00:00:00:00:99"),
+        "{}",
+        e.msg
+    );
+    host.ns(CONT)
+        .set_link(
+            "eth0",
+            &LinkSettings {
+                promisc: Some(false),
+                ..LinkSettings::default()
+            },
+        )
+        .unwrap();
+    let e = Macvtap::check(&host, &with_prev(&cfg, &r)).unwrap_err();
+    assert_eq!(
+        e.msg,
+        "interface eth0 is not in promiscuous mode (promiscMode)"
+    );
+    let cfg = l3(r#""mode":"vepa""#);
+    Macvtap::check(&host, &with_prev(&cfg, &r)).unwrap();
+    host.remove_address(CONT, "eth0", "192.168.1.50/24");
+    let e = Macvtap::check(&host, &with_prev(&cfg, &r)).unwrap_err();
+    assert_eq!(
+        e.msg,
+        "Failed to match addr 192.168.1.50/24 on interface eth0"
+    );
+    let e = Macvtap::check(&host, &host.request(&cfg)).unwrap_err();
+    assert_eq!(e.msg, "Required prevResult missing");
+
+    // A link of another kind under the name.
+    let other = new_host();
+    other.add_link(CONT, "eth0", "macvlan", 1500);
+    let mut req = other.request(&conf(""));
+    req.prev_result = Some(r);
+    let e = Macvtap::check(&other, &req).unwrap_err();
+    assert_eq!(e.msg, "error: Container interface eth0 not of type macvtap");
+}
+
+#[test]
+fn status_and_gc_go_to_ipam() {
+    let host = new_host();
+    Macvtap::status(&host, &conf("")).unwrap();
+    Macvtap::gc(&host, &conf(""), &[]).unwrap();
+    assert!(host.ipam_calls().is_empty());
+    Macvtap::status(&host, &l3("")).unwrap();
+    Macvtap::gc(&host, &l3(""), &[]).unwrap();
+    assert_eq!(host.ipam_calls(), ["status", "gc"]);
+}
