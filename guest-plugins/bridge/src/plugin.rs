@@ -1,11 +1,10 @@
 //! The bridge verbs, generic over the host.
 
 use wasm_cni_sdk::check::{self, mac_matches};
-use wasm_cni_sdk::config::{self, NetConf};
-use wasm_cni_sdk::host::Level;
-use wasm_cni_sdk::iface::{self, configure_iface, try_sysctl};
+use wasm_cni_sdk::iface::{self, configure_iface, try_sysctl, Notify};
 use wasm_cni_sdk::ip::{Family, IpNet};
 use wasm_cni_sdk::net::{iface_sysctl, Link, LinkSettings, NetError, Ops};
+use wasm_cni_sdk::plugin::{self, open_container, open_node, DelOrder};
 use wasm_cni_sdk::veth::setup_veth;
 use wasm_cni_sdk::{Attachment, CniError, CniResult, Host, Interface, Plugin, Request, Route};
 
@@ -20,16 +19,9 @@ impl Plugin for Bridge {
     fn add<H: Host>(host: &H, req: &Request) -> Result<CniResult, CniError> {
         let conf = conf::load(&req.config, &req.args)?;
         conf.reject_unsupported()?;
-        let node = host
-            .node_netns()
-            .map_err(|e| e.into_cni("failed to open the node network namespace"))?;
+        let node = open_node(host)?;
         let bridge = setup_bridge(&node, &conf)?;
-        let cont = host.container_netns().map_err(|e| {
-            e.into_cni(format_args!(
-                "failed to open netns {:?}",
-                req.netns.as_deref().unwrap_or("")
-            ))
-        })?;
+        let cont = open_container(host, req)?;
         let pair = setup_veth(
             &node,
             &cont,
@@ -44,70 +36,34 @@ impl Plugin for Bridge {
         let added = configure(
             host, &node, &cont, &conf, req, &bridge, &host_veth, &cont_veth,
         );
-        if added.is_err() {
-            if let Err(e) = cont.delete_link_if_exists(&req.ifname) {
-                host.log(
-                    Level::Warn,
-                    &format!("rollback: deleting {}: {e}", req.ifname),
-                );
-            }
-        }
-        added
+        plugin::undo_link_on_error(host, &cont, &req.ifname, added)
     }
 
     fn del<H: Host>(host: &H, req: &Request) -> Result<(), CniError> {
-        // Lenient: DEL only needs `ipam.type`, and must clean up after an
-        // ADD whatever its config was.
-        let net: NetConf = config::from_str(&req.config)?;
-        match host.container_netns() {
-            Ok(cont) => {
-                cont.delete_link_if_exists(&req.ifname)
-                    .map_err(|e| e.into_cni(format_args!("failed to delete {:?}", req.ifname)))?;
-            }
-            // No netns, or it is gone: release the IP only.
-            Err(e) if e.is_not_found() => {}
-            Err(e) => return Err(e.into_cni("failed to open the container network namespace")),
-        }
-        if net.has_ipam() {
-            host.ipam_del()?;
-        }
-        Ok(())
+        // As the reference bridge: the veth first (no netns, or it is gone:
+        // nothing to delete), then the IP.
+        plugin::del_interface(host, req, DelOrder::LinkFirst)
     }
 
     fn check<H: Host>(host: &H, req: &Request) -> Result<(), CniError> {
         let conf = conf::load(&req.config, &req.args)?;
-        let cont = host.container_netns().map_err(|e| {
-            e.into_cni(format_args!(
-                "failed to open netns {:?}",
-                req.netns.as_deref().unwrap_or("")
-            ))
-        })?;
+        let cont = open_container(host, req)?;
         if conf.net.has_ipam() {
             host.ipam_check()?;
         }
         let prev = check::require_prev_result(req.prev_result.as_ref())?;
-        let node = host
-            .node_netns()
-            .map_err(|e| e.into_cni("failed to open the node network namespace"))?;
+        let node = open_node(host)?;
         check_links(&node, &cont, &conf, req, prev)?;
         check::validate_interface_ips(&cont, &req.ifname, prev)?;
         check::validate_routes(&cont, &prev.routes)
     }
 
     fn status<H: Host>(host: &H, config: &str) -> Result<(), CniError> {
-        let net: NetConf = config::from_str(config)?;
-        if net.has_ipam() {
-            host.ipam_status()?;
-        }
-        Ok(())
+        plugin::forward_status(host, config)
     }
 
     fn gc<H: Host>(host: &H, config: &str, _valid: &[Attachment]) -> Result<(), CniError> {
-        let net: NetConf = config::from_str(config)?;
-        if net.has_ipam() {
-            host.ipam_gc()?;
-        }
-        Ok(())
+        plugin::forward_gc(host, config)
     }
 }
 
@@ -202,25 +158,17 @@ fn configure<H: Host>(
     };
 
     if conf.net.has_ipam() {
-        let allocated = host.ipam_add()?;
-        if let Err(e) = configure_l3(node, cont, conf, req, &bridge.mac, allocated, &mut result) {
-            if let Err(del) = host.ipam_del() {
-                host.log(Level::Warn, &format!("rollback: IPAM DEL: {del}"));
-            }
-            return Err(e);
-        }
+        iface::with_ipam(host, |allocated| {
+            configure_l3(node, cont, conf, req, &bridge.mac, allocated, &mut result)
+        })?;
     } else if !conf.disable_container_interface {
         cont.set_up(&req.ifname)
             .map_err(|e| e.into_cni(format_args!("failed to set {:?} up", req.ifname)))?;
     }
 
-    // Re-read the MACs: enslaving and addressing may change them.
-    if let Ok(l) = node.link_by_name(hv) {
-        result.interfaces[1].mac = Some(l.mac);
-    }
-    if let Ok(l) = node.link_by_name(&conf.bridge) {
-        result.interfaces[0].mac = Some(l.mac);
-    }
+    // Enslaving and addressing may change the MACs.
+    iface::refresh_mac(node, &mut result.interfaces[1]);
+    iface::refresh_mac(node, &mut result.interfaces[0]);
     if let Some(dns) = conf.net.dns_if_set() {
         result.dns = Some(dns);
     }
@@ -251,7 +199,7 @@ fn configure_l3<N: Ops>(
     } else {
         let _ = try_sysctl(cont, &iface_sysctl("ipv6", ifname, "accept_dad"), "0");
     }
-    let _ = try_sysctl(cont, &iface_sysctl("ipv4", ifname, "arp_notify"), "1");
+    Notify::Arp.apply(cont, ifname);
     configure_iface(cont, ifname, result)?;
 
     if conf.is_gw {
@@ -407,13 +355,7 @@ fn check_links<N: Ops>(
         )));
     }
 
-    let netns = req.netns.as_deref();
-    let cont_map = check::container_interface(prev, &req.ifname, netns).ok_or_else(|| {
-        CniError::internal(format!(
-            "Sandbox in prevResult doesn't match configured netns: {}",
-            netns.unwrap_or("")
-        ))
-    })?;
+    let cont_map = check::require_container_interface(prev, req)?;
     let cl = cont
         .link_by_name(&req.ifname)
         .map_err(|_| CniError::internal(format!("Interface name {} not found", req.ifname)))?;

@@ -1,9 +1,9 @@
 //! Bridge logic against the SDK's fake host.
 
-use wasm_cni_sdk::fake::{ipam_result, FakeHost, NsId, NETNS_PATH};
+use wasm_cni_sdk::fake::{ipam_result, netconf, suite, with_ipam_type, FakeHost, NsId, NETNS_PATH};
 use wasm_cni_sdk::naming::veth_name;
-use wasm_cni_sdk::net::{NetError, RouteSpec};
-use wasm_cni_sdk::{CniError, CniResult, Dns, Plugin, Request};
+use wasm_cni_sdk::net::NetError;
+use wasm_cni_sdk::{CniError, CniResult, Dns, Plugin};
 
 use crate::Bridge;
 
@@ -11,37 +11,21 @@ const NODE: NsId = NsId::Node;
 const CONT: NsId = NsId::Container;
 
 fn conf(extra: &str) -> String {
-    let sep = if extra.is_empty() { "" } else { "," };
-    format!(r#"{{"cniVersion":"1.1.0","name":"mynet","type":"bridge"{sep}{extra}}}"#)
+    netconf("1.1.0", "mynet", "bridge", extra)
 }
 
 fn l3(extra: &str) -> String {
-    let sep = if extra.is_empty() { "" } else { "," };
-    conf(&format!(r#""ipam":{{"type":"host-local"}}{sep}{extra}"#))
+    conf(&with_ipam_type("host-local", extra))
 }
 
 fn host_v4() -> FakeHost {
-    let host = FakeHost::new("eth0");
+    let host = FakeHost::with_ipam_result(&[("10.1.2.2/24", None)], &["0.0.0.0/0"]);
     host.allow_node_link("cni0");
-    host.set_ipam_result(ipam_result(&[("10.1.2.2/24", None)], &["0.0.0.0/0"]));
     host
 }
 
 fn add(host: &FakeHost, config: &str) -> Result<CniResult, CniError> {
     Bridge::add(host, &host.request(config))
-}
-
-fn with_prev(host: &FakeHost, config: &str, prev: &CniResult) -> Request {
-    let mut req = host.request(config);
-    req.prev_result = Some(prev.clone());
-    req
-}
-
-fn host_veth(host: &FakeHost) -> String {
-    host.link_names(NODE)
-        .into_iter()
-        .find(|n| n.starts_with("veth"))
-        .unwrap_or_default()
 }
 
 #[test]
@@ -179,7 +163,7 @@ fn add_v4_gateway_builds_the_reference_topology() {
 
     // Result: [bridge, host veth, container].
     assert_eq!(r.interfaces.len(), 3);
-    let veth = host_veth(&host);
+    let veth = host.node_veth();
     assert_eq!(veth, veth_name("mynet", "ctr1", "eth0", 0));
     assert_eq!(r.interfaces[0].name, "cni0");
     assert_eq!(r.interfaces[0].mac, host.link(NODE, "cni0").map(|l| l.mac));
@@ -355,7 +339,7 @@ fn layer2_without_ipam() {
     assert_eq!(c.mtu, 1400);
     assert_eq!(host.link(NODE, "cni0").map(|l| l.mtu), Some(1400));
     assert_eq!(
-        host.link(NODE, &host_veth(&host)).map(|l| l.mtu),
+        host.link(NODE, &host.node_veth()).map(|l| l.mtu),
         Some(1400)
     );
     assert!(host.addresses(CONT, "eth0").is_empty());
@@ -453,7 +437,7 @@ fn promisc_and_hairpin() {
     assert!(host.link(NODE, "cni0").unwrap().promisc);
     let host = host_v4();
     add(&host, &l3(r#""hairpinMode":true"#)).unwrap();
-    assert_eq!(host.hairpin(NODE, &host_veth(&host)), Some(true));
+    assert_eq!(host.hairpin(NODE, &host.node_veth()), Some(true));
     assert!(!host.link(NODE, "cni0").unwrap().promisc);
 }
 
@@ -476,7 +460,7 @@ fn failure_after_ipam_releases_the_ip_and_removes_the_veth() {
     assert_eq!(host.ipam_calls(), ["add", "del"]);
     assert!(!host.ipam_allocated());
     assert_eq!(host.link_names(CONT), ["lo"]);
-    assert!(host_veth(&host).is_empty());
+    assert!(host.node_veth().is_empty());
 
     // IPAM failing: its error passes through unchanged, veth removed.
     let host = host_v4();
@@ -487,7 +471,7 @@ fn failure_after_ipam_releases_the_ip_and_removes_the_veth() {
     let e = add(&host, &l3("")).unwrap_err();
     assert_eq!(e.msg, "no IP addresses available in range set");
     assert_eq!(host.link_names(CONT), ["lo"]);
-    assert!(host_veth(&host).is_empty());
+    assert!(host.node_veth().is_empty());
 }
 
 #[test]
@@ -520,7 +504,7 @@ fn del_is_idempotent_and_survives_a_gone_netns() {
     Bridge::add(&host, &req).unwrap();
     Bridge::del(&host, &req).unwrap();
     assert_eq!(host.link_names(CONT), ["lo"]);
-    assert!(host_veth(&host).is_empty());
+    assert!(host.node_veth().is_empty());
     assert_eq!(
         host.link_names(NODE),
         ["lo", "ens3", "cni0"],
@@ -540,7 +524,7 @@ fn del_is_idempotent_and_survives_a_gone_netns() {
     Bridge::add(&host, &req).unwrap();
     host.remove_container_netns();
     assert!(
-        host_veth(&host).is_empty(),
+        host.node_veth().is_empty(),
         "the host end died with the netns"
     );
     Bridge::del(&host, &req).unwrap();
@@ -563,21 +547,13 @@ fn check_after_add_passes_and_catches_drift() {
     let host = host_v4();
     let config = l3(r#""isGateway":true"#);
     let r = add(&host, &config).unwrap();
-    let req = with_prev(&host, &config, &r);
+    let req = host.request_with_prev(&config, &r);
     Bridge::check(&host, &req).unwrap();
     assert_eq!(host.ipam_calls(), ["add", "check"]);
 
     // A chained plugin changing the default gateway is tolerated.
     host.remove_route(CONT, "0.0.0.0/0");
-    host.add_route(
-        CONT,
-        RouteSpec {
-            dst: "0.0.0.0/0".into(),
-            gw: Some("10.1.2.254".into()),
-            dev: Some("eth0".into()),
-            ..RouteSpec::default()
-        },
-    );
+    host.add_default_route(CONT, "eth0", "10.1.2.254");
     Bridge::check(&host, &req).unwrap();
 
     host.remove_route(CONT, "0.0.0.0/0");
@@ -589,7 +565,7 @@ fn check_after_add_passes_and_catches_drift() {
 
     let host = host_v4();
     let r = add(&host, &config).unwrap();
-    let req = with_prev(&host, &config, &r);
+    let req = host.request_with_prev(&config, &r);
     host.remove_address(CONT, "eth0", "10.1.2.2/24");
     let e = Bridge::check(&host, &req).unwrap_err();
     assert_eq!(e.msg, "Failed to match addr 10.1.2.2/24 on interface eth0");
@@ -602,7 +578,7 @@ fn check_after_add_passes_and_catches_drift() {
     let r = add(&host, &config).unwrap();
     let e = Bridge::check(
         &host,
-        &with_prev(&host, &l3(r#""isGateway":true,"promiscMode":true"#), &r),
+        &host.request_with_prev(&l3(r#""isGateway":true,"promiscMode":true"#), &r),
     )
     .unwrap_err();
     assert!(
@@ -613,13 +589,13 @@ fn check_after_add_passes_and_catches_drift() {
     );
     let mut wrong = r.clone();
     wrong.interfaces[2].mac = Some("02:99:99:99:99:99".into());
-    let e = Bridge::check(&host, &with_prev(&host, &config, &wrong)).unwrap_err();
+    let e = Bridge::check(&host, &host.request_with_prev(&config, &wrong)).unwrap_err();
     assert!(e.msg.contains("doesn't match container Mac"), "{}", e.msg);
 
     // IPAM CHECK failure is passed up.
     host.set_ipam_error("check", CniError::internal("lost reservation"));
     assert_eq!(
-        Bridge::check(&host, &with_prev(&host, &config, &r))
+        Bridge::check(&host, &host.request_with_prev(&config, &r))
             .unwrap_err()
             .msg,
         "lost reservation"
@@ -656,10 +632,7 @@ fn dns_from_config_overrides_ipam() {
 #[test]
 fn status_and_gc_forward_to_ipam() {
     let host = host_v4();
-    Bridge::status(&host, &l3("")).unwrap();
-    Bridge::gc(&host, &l3(""), &[]).unwrap();
-    Bridge::status(&host, &conf("")).unwrap();
-    assert_eq!(host.ipam_calls(), ["status", "gc"]);
+    suite::assert_status_and_gc_go_to_ipam::<Bridge>(&host, &conf(""), &l3(""));
     host.set_ipam_error("status", CniError::new(50, "exhausted"));
     assert_eq!(Bridge::status(&host, &l3("")).unwrap_err().code, 50);
 }

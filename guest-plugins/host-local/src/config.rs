@@ -5,10 +5,10 @@
 use std::net::IpAddr;
 
 use serde::Deserialize;
+use wasm_cni_sdk::error::{code, CniError};
 
 use crate::alloc::Policy;
-use crate::error::{code, Error};
-use crate::ip::{self, Cidr};
+use crate::ip;
 use crate::plugin::Route;
 use crate::range::{RangeConf, RangeSet};
 
@@ -98,8 +98,8 @@ pub struct IpamConfig {
     pub policy: Policy,
 }
 
-fn invalid(msg: impl Into<String>) -> Error {
-    Error::invalid_config(msg)
+fn invalid(msg: impl Into<String>) -> CniError {
+    CniError::invalid_config(msg)
 }
 
 /// Versions before 0.3.0 carry one address per family.
@@ -108,9 +108,9 @@ fn before_0_3(version: &str) -> bool {
 }
 
 /// Parse `config` (the request JSON) and CNI_ARGS pairs.
-pub fn load(config: &str, args: &[(String, String)]) -> Result<IpamConfig, Error> {
+pub fn load(config: &str, args: &[(String, String)]) -> Result<IpamConfig, CniError> {
     let raw: NetConfRaw = serde_json::from_str(config).map_err(|e| {
-        Error::new(
+        CniError::new(
             code::DECODING_FAILURE,
             format!("error unmarshall network config: {e}"),
         )
@@ -200,8 +200,8 @@ pub fn load(config: &str, args: &[(String, String)]) -> Result<IpamConfig, Error
 /// CNI_ARGS as Go's `types.LoadArgs` reads them into host-local's
 /// `IPAMEnvArgs`: `IP` (a comma-separated list is accepted too) and
 /// `IgnoreUnknown`; any other key is an error unless `IgnoreUnknown`.
-fn env_ip(args: &[(String, String)]) -> Result<Option<Vec<IpAddr>>, Error> {
-    let env = |m: String| Error::new(code::INVALID_ENVIRONMENT, m);
+fn env_ip(args: &[(String, String)]) -> Result<Option<Vec<IpAddr>>, CniError> {
+    let env = |m: String| CniError::new(code::INVALID_ENVIRONMENT, m);
     let mut ignore_unknown = false;
     for (k, v) in args {
         if k == "IgnoreUnknown" {
@@ -240,11 +240,11 @@ fn env_ip(args: &[(String, String)]) -> Result<Option<Vec<IpAddr>>, Error> {
         .map(Some)
 }
 
-fn route(r: RouteRaw) -> Result<Route, Error> {
+fn route(r: RouteRaw) -> Result<Route, CniError> {
     let dst = r
         .dst
         .ok_or_else(|| invalid("ipam.routes: a route without \"dst\""))?;
-    let dst = Cidr::parse(&dst).map_err(invalid)?;
+    let dst = ip::parse_cidr(&dst).map_err(invalid)?;
     let gw =
         r.gw.filter(|g| !g.is_empty())
             .map(|g| ip::parse_ip(&g).map_err(invalid))
@@ -272,7 +272,7 @@ mod tests {
         load(c, &[]).unwrap()
     }
 
-    fn load_err(c: &str) -> Error {
+    fn load_err(c: &str) -> CniError {
         load(c, &[]).unwrap_err()
     }
 

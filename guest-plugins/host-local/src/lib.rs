@@ -9,7 +9,10 @@
 //! Module map: [`ip`] and [`range`] (address math, ranges, iteration),
 //! [`config`] (the request config), [`alloc`] (choosing an address),
 //! [`dns`] (resolv.conf), [`plugin`] (the verbs over a [`plugin::Host`]);
-//! this file binds the WIT world `ipam-plugin` to them.
+//! this file binds the WIT world `ipam-plugin` to them. Errors, CIDR math
+//! and the result's route and DNS types are the SDK's (`wasm-cni-sdk`, whose
+//! `interface-plugin` bindings are not used here: the component imports
+//! only what this crate calls).
 
 #![cfg_attr(
     not(test),
@@ -19,7 +22,6 @@
 pub mod alloc;
 pub mod config;
 pub mod dns;
-pub mod error;
 pub mod ip;
 pub mod plugin;
 pub mod range;
@@ -115,7 +117,7 @@ fn request(r: types::Request) -> plugin::Request {
     }
 }
 
-fn wit_error(e: error::Error) -> types::Error {
+fn wit_error(e: wasm_cni_sdk::CniError) -> types::Error {
     types::Error {
         code: e.code,
         msg: e.msg,

@@ -8,11 +8,15 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
+use wasm_cni_sdk::error::{code, CniError};
+
 use crate::alloc::{AllocError, How, Owner, Pool, Slot};
 use crate::config::{self, IpamConfig};
 use crate::dns::parse_resolv_conf;
-use crate::error::{code, Error};
 use crate::ip;
+
+pub use wasm_cni_sdk::host::Level;
+pub use wasm_cni_sdk::types::{Dns, Route};
 
 /// Store value: the effective `reuseIPWait` in milliseconds, for the
 /// operator view (`wasm-cni ipam ls`).
@@ -22,14 +26,6 @@ pub const REUSE_WAIT_VALUE: &str = "reuseIPWaitMs";
 /// `last_reserved_ip.<idx>` file).
 pub fn last_reserved_value(idx: usize) -> String {
     format!("last_reserved_ip.{idx}")
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Level {
-    Error,
-    Warn,
-    Info,
-    Debug,
 }
 
 /// A store or file failure as the host reports it.
@@ -42,10 +38,10 @@ pub enum HostError {
 }
 
 impl HostError {
-    fn into_cni(self, what: &str) -> Error {
+    fn into_cni(self, what: &str) -> CniError {
         match self {
-            HostError::Io(m) => Error::new(code::IO_FAILURE, format!("{what}: {m}")),
-            HostError::Refused(m) => Error::internal(format!("{what}: refused: {m}")),
+            HostError::Io(m) => CniError::new(code::IO_FAILURE, format!("{what}: {m}")),
+            HostError::Refused(m) => CniError::internal(format!("{what}: refused: {m}")),
         }
     }
 }
@@ -84,29 +80,11 @@ pub struct Request {
     pub config: String,
 }
 
+/// An ip of the IPAM result (IPAM results name no interface).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct IpConfig {
     pub address: String,
     pub gateway: Option<String>,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Route {
-    pub dst: String,
-    pub gw: Option<String>,
-    pub mtu: Option<u32>,
-    pub advmss: Option<u32>,
-    pub priority: Option<u32>,
-    pub table: Option<u32>,
-    pub scope: Option<u8>,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Dns {
-    pub nameservers: Vec<String>,
-    pub domain: Option<String>,
-    pub search: Vec<String>,
-    pub options: Vec<String>,
 }
 
 /// The abbreviated IPAM result.
@@ -143,7 +121,7 @@ fn slots(entries: Vec<Entry>) -> BTreeMap<IpAddr, Slot> {
 
 /// Keep the effective wait where the operator view can find it; written
 /// only when it changed.
-fn remember_wait<H: Host>(host: &H, conf: &IpamConfig) -> Result<(), Error> {
+fn remember_wait<H: Host>(host: &H, conf: &IpamConfig) -> Result<(), CniError> {
     let want = conf.policy.reuse_wait_ms.to_string();
     let have = host
         .get_value(REUSE_WAIT_VALUE)
@@ -159,32 +137,34 @@ fn seconds(ms: u64) -> String {
     format!("{:.1}s", ms as f64 / 1000.0)
 }
 
-fn alloc_error(idx: usize, e: AllocError, conf: &IpamConfig) -> Error {
+fn alloc_error(idx: usize, e: AllocError, conf: &IpamConfig) -> CniError {
     let msg = format!("failed to allocate for range {idx}: {e}");
     match e {
         AllocError::Quarantined {
             quarantined,
             next_free_ms,
             ..
-        } => Error::new(code::TRY_AGAIN_LATER, msg).with_details(format!(
+        } => CniError::new(code::TRY_AGAIN_LATER, msg).with_details(format!(
             "{quarantined} released address(es) are quarantined for ipam.reuseIPWait ({}); \
              the first is free again in {}. Set ipam.reuseQuarantined to true to reuse \
              the one released longest ago instead",
             seconds(conf.policy.reuse_wait_ms),
             seconds(next_free_ms)
         )),
-        AllocError::Exhausted { .. } | AllocError::Refused(_) => Error::internal(msg),
+        AllocError::Exhausted { .. } | AllocError::Refused(_) => CniError::internal(msg),
     }
 }
 
-pub fn add<H: Host>(host: &H, req: &Request) -> Result<IpamResult, Error> {
+pub fn add<H: Host>(host: &H, req: &Request) -> Result<IpamResult, CniError> {
     let conf = config::load(&req.config, &req.args)?;
     // Like the reference, DNS first: an unreadable file allocates nothing.
     let dns = match &conf.resolv_conf {
         Some(path) => Some(parse_resolv_conf(&host.read_config_file(path).map_err(
             |e| match e {
-                HostError::Io(m) => Error::new(code::IO_FAILURE, m),
-                HostError::Refused(m) => Error::internal(format!("reading {path}: refused: {m}")),
+                HostError::Io(m) => CniError::new(code::IO_FAILURE, m),
+                HostError::Refused(m) => {
+                    CniError::internal(format!("reading {path}: refused: {m}"))
+                }
             },
         )?)),
         None => None,
@@ -216,7 +196,7 @@ pub fn add<H: Host>(host: &H, req: &Request) -> Result<IpamResult, Error> {
             .reserve(&key)
             .map_err(|e| e.into_cni("reserving an address"))?
         {
-            return Err(Error::internal(format!(
+            return Err(CniError::internal(format!(
                 "failed to allocate for range {idx}: the store refused {key}"
             )));
         }
@@ -251,15 +231,15 @@ pub fn add<H: Host>(host: &H, req: &Request) -> Result<IpamResult, Error> {
         );
         let range = set
             .range_for(&ip)
-            .map_err(|e| Error::internal(format!("failed to allocate for range {idx}: {e}")))?;
+            .map_err(|e| CniError::internal(format!("failed to allocate for range {idx}: {e}")))?;
         ips.push(IpConfig {
-            address: format!("{ip}/{}", range.subnet.prefix),
+            address: format!("{ip}/{}", range.subnet.prefix()),
             gateway: Some(range.gateway.to_string()),
         });
     }
     if !requested.is_empty() {
         let list: Vec<String> = requested.iter().map(ToString::to_string).collect();
-        return Err(Error::internal(format!(
+        return Err(CniError::internal(format!(
             "failed to allocate all requested IPs: {}",
             list.join(" ")
         )));
@@ -273,7 +253,7 @@ pub fn add<H: Host>(host: &H, req: &Request) -> Result<IpamResult, Error> {
 
 /// Release what this attachment holds. Best effort: a config this plugin
 /// cannot parse does not stop the release, since the store needs none.
-pub fn del<H: Host>(host: &H, req: &Request) -> Result<(), Error> {
+pub fn del<H: Host>(host: &H, req: &Request) -> Result<(), CniError> {
     match config::load(&req.config, &req.args) {
         Ok(conf) => remember_wait(host, &conf)?,
         Err(e) => host.log(
@@ -298,13 +278,13 @@ pub fn del<H: Host>(host: &H, req: &Request) -> Result<(), Error> {
     Ok(())
 }
 
-pub fn check<H: Host>(host: &H, req: &Request) -> Result<(), Error> {
+pub fn check<H: Host>(host: &H, req: &Request) -> Result<(), CniError> {
     config::load(&req.config, &req.args)?;
     let held = host
         .get_by_owner()
         .map_err(|e| e.into_cni("reading allocations"))?;
     if held.is_empty() {
-        return Err(Error::internal(format!(
+        return Err(CniError::internal(format!(
             "host-local: Failed to find address added by container {}",
             req.container_id
         )));
@@ -313,14 +293,14 @@ pub fn check<H: Host>(host: &H, req: &Request) -> Result<(), Error> {
 }
 
 /// Code 50 when some range set has no address an ADD could get now.
-pub fn status<H: Host>(host: &H, config: &str) -> Result<(), Error> {
+pub fn status<H: Host>(host: &H, config: &str) -> Result<(), CniError> {
     let conf = config::load(config, &[])?;
     let now = host.now();
     let slots = slots(host.list().map_err(|e| e.into_cni("listing allocations"))?);
     for (idx, set) in conf.ranges.iter().enumerate() {
         let pool = Pool { set, slots: &slots };
         if pool.allocatable(now, &conf.policy) == 0 {
-            return Err(Error::new(
+            return Err(CniError::new(
                 code::NOT_AVAILABLE,
                 format!("no IP addresses available in range set: {set}"),
             )
@@ -333,7 +313,7 @@ pub fn status<H: Host>(host: &H, config: &str) -> Result<(), Error> {
 }
 
 /// Release every live allocation whose attachment is not in `valid`.
-pub fn gc<H: Host>(host: &H, config: &str, valid: &[Owner]) -> Result<(), Error> {
+pub fn gc<H: Host>(host: &H, config: &str, valid: &[Owner]) -> Result<(), CniError> {
     match config::load(config, &[]) {
         Ok(conf) => remember_wait(host, &conf)?,
         Err(e) => host.log(
@@ -364,7 +344,7 @@ pub fn gc<H: Host>(host: &H, config: &str, valid: &[Owner]) -> Result<(), Error>
         }
     }
     if !errors.is_empty() {
-        return Err(Error::internal(format!(
+        return Err(CniError::internal(format!(
             "gc: releasing failed for {}",
             errors.join("; ")
         )));

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use serde::Deserialize;
 
-use crate::ip::{self, canonical, to_u128, Cidr, Family};
+use crate::ip::{self, canonical, to_u128, Family, IpNet};
 
 /// A range as configured.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -26,7 +26,7 @@ pub struct RangeConf {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Range {
     /// The network address and prefix.
-    pub subnet: Cidr,
+    pub subnet: IpNet,
     pub start: IpAddr,
     pub end: IpAddr,
     pub gateway: IpAddr,
@@ -43,22 +43,19 @@ impl Range {
     /// `Range.Canonicalize`: defaults and checks, in the reference's order.
     pub fn canonicalize(conf: &RangeConf) -> Result<Self, String> {
         let subnet_text = conf.subnet.as_deref().unwrap_or_default();
-        let given = Cidr::parse(subnet_text)?;
+        let given = ip::parse_cidr(subnet_text)?;
         let family = given.family();
-        if given.prefix > family.bits() - 2 {
+        if given.prefix() > family.bits() - 2 {
             return Err(format!("Network {given} too small to allocate from"));
         }
-        let network = given.network();
-        if network != given.ip {
+        let subnet = given.network();
+        let network = subnet.addr();
+        if network != given.addr() {
             return Err(format!(
                 "Network has host bits set. For a subnet mask of length {} the network address is {network}",
-                given.prefix
+                given.prefix()
             ));
         }
-        let subnet = Cidr {
-            ip: network,
-            prefix: given.prefix,
-        };
         let gateway = parse_opt(&conf.gateway)?.unwrap_or_else(|| ip::next(network));
         let mut range = Range {
             subnet,

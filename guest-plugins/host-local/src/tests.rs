@@ -6,8 +6,8 @@ use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 
 use crate::alloc::Owner;
-use crate::error::Error;
 use crate::plugin::{self, Entry, Host, HostError, IpamResult, Level, Request};
+use wasm_cni_sdk::CniError;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Verb {
@@ -50,8 +50,8 @@ impl Fake {
         &self,
         verb: Verb,
         who: &Owner,
-        f: impl FnOnce(&Self) -> Result<T, Error>,
-    ) -> Result<T, Error> {
+        f: impl FnOnce(&Self) -> Result<T, CniError>,
+    ) -> Result<T, CniError> {
         self.verb.set(verb);
         *self.owner.borrow_mut() = who.clone();
         let before = self.data.borrow().clone();
@@ -62,7 +62,7 @@ impl Fake {
         out
     }
 
-    fn add(&self, id: &str, config: &str) -> Result<IpamResult, Error> {
+    fn add(&self, id: &str, config: &str) -> Result<IpamResult, CniError> {
         self.add_with(id, "eth0", config, &[])
     }
 
@@ -72,7 +72,7 @@ impl Fake {
         ifname: &str,
         config: &str,
         args: &[(&str, &str)],
-    ) -> Result<IpamResult, Error> {
+    ) -> Result<IpamResult, CniError> {
         let req = request(id, ifname, config, args);
         self.call(Verb::Add, &owner_if(id, ifname), |h| plugin::add(h, &req))
     }
@@ -83,12 +83,12 @@ impl Fake {
             .unwrap();
     }
 
-    fn gc(&self, config: &str, valid: &[&str]) -> Result<(), Error> {
+    fn gc(&self, config: &str, valid: &[&str]) -> Result<(), CniError> {
         let valid: Vec<Owner> = valid.iter().map(|c| owner(c)).collect();
         self.call(Verb::Gc, &owner(""), |h| plugin::gc(h, config, &valid))
     }
 
-    fn status(&self, config: &str) -> Result<(), Error> {
+    fn status(&self, config: &str) -> Result<(), CniError> {
         self.call(Verb::Status, &owner(""), |h| plugin::status(h, config))
     }
 

@@ -3,6 +3,7 @@
 use wasm_cni_sdk::config::{self, NetConf};
 use wasm_cni_sdk::ip::{Family, IpNet};
 use wasm_cni_sdk::net::{LinkSettings, Ops};
+use wasm_cni_sdk::plugin;
 use wasm_cni_sdk::{CniError, CniResult, Host, Interface, IpConfig, Plugin, Request};
 
 const LO: &str = "lo";
@@ -12,12 +13,7 @@ pub struct Loopback;
 impl Plugin for Loopback {
     fn add<H: Host>(host: &H, req: &Request) -> Result<CniResult, CniError> {
         let _: NetConf = config::from_str(&req.config)?;
-        let cont = host.container_netns().map_err(|e| {
-            e.into_cni(format_args!(
-                "failed to open netns {:?}",
-                req.netns.as_deref().unwrap_or("")
-            ))
-        })?;
+        let cont = plugin::open_container(host, req)?;
         cont.set_up(LO)
             .map_err(|e| e.into_cni("failed to set lo up"))?;
         let addresses = cont
@@ -70,10 +66,8 @@ impl Plugin for Loopback {
         if req.netns.as_deref().unwrap_or("").is_empty() {
             return Ok(());
         }
-        let cont = match host.container_netns() {
-            Ok(cont) => cont,
-            Err(e) if e.is_not_found() => return Ok(()),
-            Err(e) => return Err(e.into_cni("failed to open the container network namespace")),
+        let Some(cont) = plugin::container_if_exists(host)? else {
+            return Ok(());
         };
         match cont.set_link(LO, &LinkSettings::down()) {
             Ok(_) => Ok(()),
@@ -84,12 +78,7 @@ impl Plugin for Loopback {
 
     fn check<H: Host>(host: &H, req: &Request) -> Result<(), CniError> {
         let _: NetConf = config::from_str(&req.config)?;
-        let cont = host.container_netns().map_err(|e| {
-            e.into_cni(format_args!(
-                "failed to open netns {:?}",
-                req.netns.as_deref().unwrap_or("")
-            ))
-        })?;
+        let cont = plugin::open_container(host, req)?;
         let lo = cont.link_by_name(LO).map_err(|e| e.into_cni("lo"))?;
         if !lo.up {
             return Err(CniError::internal("loopback interface is down"));

@@ -1,8 +1,8 @@
 //! macvlan logic against the SDK's fake host.
 
-use wasm_cni_sdk::fake::{ipam_result, FakeHost, NsId, NETNS_PATH};
-use wasm_cni_sdk::net::{MacvlanMode, NetError, RouteSpec};
-use wasm_cni_sdk::{CniError, CniResult, Dns, Plugin, Request};
+use wasm_cni_sdk::fake::{ipam_result, netconf, suite, with_ipam_type, FakeHost, NsId, NETNS_PATH};
+use wasm_cni_sdk::net::MacvlanMode;
+use wasm_cni_sdk::{CniError, CniResult, Dns, Plugin};
 
 use crate::Macvlan;
 
@@ -10,24 +10,19 @@ const NODE: NsId = NsId::Node;
 const CONT: NsId = NsId::Container;
 
 fn conf(extra: &str) -> String {
-    let sep = if extra.is_empty() { "" } else { "," };
-    format!(r#"{{"cniVersion":"1.1.0","name":"mv","type":"macvlan"{sep}{extra}}}"#)
+    netconf("1.1.0", "mv", "macvlan", extra)
 }
 
 fn l3(extra: &str) -> String {
-    let sep = if extra.is_empty() { "" } else { "," };
-    conf(&format!(r#""ipam":{{"type":"static"}}{sep}{extra}"#))
+    conf(&with_ipam_type("static", extra))
 }
 
 fn new_host() -> FakeHost {
-    let host = FakeHost::new("eth0");
+    let host =
+        FakeHost::with_ipam_result(&[("192.168.1.50/24", Some("192.168.1.1"))], &["0.0.0.0/0"]);
     // The host must grant the master; for the default master that means
     // the host resolving it too (reported to the host side).
     host.allow_node_link("ens3");
-    host.set_ipam_result(ipam_result(
-        &[("192.168.1.50/24", Some("192.168.1.1"))],
-        &["0.0.0.0/0"],
-    ));
     host
 }
 
@@ -51,27 +46,9 @@ fn default_master_is_the_default_route_interface() {
     assert!(r.ips.is_empty());
     assert_eq!(host.link_names(NODE), ["lo", "ens3"], "nothing on the node");
 
-    // Without a default route there is no master to pick.
-    let host = FakeHost::new("eth0");
-    host.remove_route(NODE, "0.0.0.0/0");
-    assert_eq!(
-        add(&host, &conf("")).unwrap_err().msg,
-        "no default route interface found"
-    );
-    // An IPv6 default route is used when there is no IPv4 one.
-    host.add_link(NODE, "ens4", "device", 9000);
-    host.allow_node_link("ens4");
-    host.add_route(
-        NODE,
-        RouteSpec {
-            dst: "::/0".into(),
-            gw: Some("fe80::1".into()),
-            dev: Some("ens4".into()),
-            ..RouteSpec::default()
-        },
-    );
-    add(&host, &conf("")).unwrap();
-    assert_eq!(host.link(CONT, "eth0").unwrap().mtu, 9000);
+    // Without a default route there is no master to pick; an IPv6 one is
+    // used when there is no IPv4 one.
+    suite::assert_default_master_needs_a_default_route::<Macvlan>(&conf(""));
 }
 
 #[test]
@@ -127,18 +104,7 @@ fn modes_and_validation() {
 
 #[test]
 fn mac_priority_config_then_cni_args_then_runtime_config() {
-    let host = new_host();
-    let mut req = host.request(&conf(r#""mac":"02:00:00:00:00:01""#));
-    Macvlan::add(&host, &req).unwrap();
-    assert_eq!(host.link(CONT, "eth0").unwrap().mac, "02:00:00:00:00:01");
-    Macvlan::del(&host, &req).unwrap();
-    req.args = vec![("MAC".into(), "02:00:00:00:00:02".into())];
-    Macvlan::add(&host, &req).unwrap();
-    assert_eq!(host.link(CONT, "eth0").unwrap().mac, "02:00:00:00:00:02");
-    Macvlan::del(&host, &req).unwrap();
-    req.config = conf(r#""mac":"02:00:00:00:00:01","runtimeConfig":{"mac":"02:00:00:00:00:03"}"#);
-    let r = Macvlan::add(&host, &req).unwrap();
-    assert_eq!(r.interfaces[0].mac.as_deref(), Some("02:00:00:00:00:03"));
+    suite::assert_mac_priority::<Macvlan>(&new_host(), conf);
 }
 
 #[test]
@@ -174,22 +140,7 @@ fn ipam_configures_the_link_and_dns_comes_from_config_only() {
 
 #[test]
 fn failed_add_removes_the_link_and_releases_the_ip() {
-    let host = new_host();
-    let before = host.snapshot();
-    host.set_ipam_error("add", CniError::internal("range exhausted"));
-    assert_eq!(add(&host, &l3("")).unwrap_err().msg, "range exhausted");
-    assert_eq!(host.snapshot(), before);
-
-    let host = new_host();
-    let before = host.snapshot();
-    host.fail_next(
-        "add_route",
-        "",
-        NetError::Kernel(-22, "invalid argument".into()),
-    );
-    add(&host, &l3("")).unwrap_err();
-    assert_eq!(host.ipam_calls(), ["add", "del"]);
-    assert_eq!(host.snapshot(), before);
+    suite::assert_failed_ipam_add_rolls_back::<Macvlan>(new_host, &l3(""));
 }
 
 #[test]
@@ -217,15 +168,8 @@ fn link_in_container_uses_a_container_master() {
 #[test]
 fn del_is_idempotent() {
     let host = new_host();
-    let req = host.request(&l3(r#""master":"gone""#));
     // DEL never looks the master up.
-    Macvlan::del(&host, &req).unwrap();
-    let req = host.request(&l3(""));
-    Macvlan::add(&host, &req).unwrap();
-    Macvlan::del(&host, &req).unwrap();
-    Macvlan::del(&host, &req).unwrap();
-    assert_eq!(host.link_names(CONT), ["lo"]);
-    assert_eq!(host.ipam_calls(), ["del", "add", "del", "del"]);
+    let req = suite::assert_del_is_idempotent::<Macvlan>(&host, &l3(r#""master":"gone""#), &l3(""));
     Macvlan::add(&host, &req).unwrap();
     host.remove_container_netns();
     Macvlan::del(&host, &req).unwrap();
@@ -235,11 +179,7 @@ fn del_is_idempotent() {
 fn check_validates_mode_mac_and_addresses() {
     let host = new_host();
     let r = add(&host, &l3(r#""mode":"vepa""#)).unwrap();
-    let with_prev = |config: &str| -> Request {
-        let mut req = host.request(config);
-        req.prev_result = Some(r.clone());
-        req
-    };
+    let with_prev = |config: &str| host.request_with_prev(config, &r);
     Macvlan::check(&host, &with_prev(&l3(r#""mode":"vepa""#))).unwrap();
     let e = Macvlan::check(&host, &with_prev(&l3(""))).unwrap_err();
     assert_eq!(
@@ -254,4 +194,9 @@ fn check_validates_mode_mac_and_addresses() {
     );
     let e = Macvlan::check(&host, &host.request(&l3(r#""mode":"vepa""#))).unwrap_err();
     assert_eq!(e.msg, "required prevResult missing");
+}
+
+#[test]
+fn status_and_gc_go_to_ipam() {
+    suite::assert_status_and_gc_go_to_ipam::<Macvlan>(&new_host(), &conf(""), &l3(""));
 }

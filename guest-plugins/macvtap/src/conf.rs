@@ -4,10 +4,9 @@
 
 use serde::Deserialize;
 use serde_json::Value;
-use wasm_cni_sdk::args::CniArgs;
 use wasm_cni_sdk::config::{self, NetConf};
-use wasm_cni_sdk::ip::{Family, IpNet};
-use wasm_cni_sdk::mac::{self, MacSource};
+use wasm_cni_sdk::mac;
+use wasm_cni_sdk::macvlan as shared;
 use wasm_cni_sdk::net::{Link, MacvlanMode, Ops};
 use wasm_cni_sdk::CniError;
 
@@ -56,15 +55,8 @@ pub struct Conf {
 
 pub fn load(text: &str, args: &[(String, String)]) -> Result<Conf, CniError> {
     let (net, raw): (NetConf, Raw) = config::parse(text)?;
-    let mode_text = raw.mode.unwrap_or_default();
-    let mode = MacvlanMode::parse(&mode_text)
-        .ok_or_else(|| CniError::invalid_config(format!("unknown macvtap mode: {mode_text:?}")))?;
-    let cni_args = CniArgs::parse(args, &["MAC"])?;
-    let mac = mac::select(&[
-        (MacSource::Config, raw.mac.as_deref()),
-        (MacSource::CniArgs, cni_args.mac()),
-        (MacSource::RuntimeConfig, net.runtime_mac()),
-    ])?;
+    let mode = shared::parse_mode("macvtap", raw.mode.as_deref())?;
+    let mac = mac::requested(raw.mac.as_deref(), args, &net)?;
     let mut unsupported = Vec::new();
     for (key, value) in [
         ("deviceID", raw.device_id),
@@ -104,43 +96,6 @@ impl Conf {
     /// The master link in the node namespace (default: the interface of
     /// the default route) and the MTU to ask for (`None`: the master's).
     pub fn resolve_master<N: Ops>(&self, node: &N) -> Result<(Link, Option<u32>), CniError> {
-        let name = match &self.master {
-            Some(m) => m.clone(),
-            None => default_route_interface(node)?,
-        };
-        let master = node
-            .link_by_name(&name)
-            .map_err(|e| e.into_cni(format_args!("failed to lookup master {name:?}")))?;
-        if self.mtu < 0 || self.mtu > i64::from(master.mtu) {
-            return Err(CniError::invalid_config(format!(
-                "invalid MTU {}, must be [0, master MTU({})]",
-                self.mtu, master.mtu
-            )));
-        }
-        let mtu = u32::try_from(self.mtu).ok().filter(|m| *m != 0);
-        Ok((master, mtu))
+        shared::resolve_master(node, self.master.as_deref(), self.mtu)
     }
-}
-
-/// The first link with an IPv4 default route, else the first with an IPv6
-/// one (the reference macvlan's rule).
-fn default_route_interface<N: Ops>(ns: &N) -> Result<String, CniError> {
-    let links = ns
-        .list_links()
-        .map_err(|e| e.into_cni("failed to list links"))?;
-    for family in [Family::V4, Family::V6] {
-        for link in &links {
-            let Ok(routes) = ns.list_routes(&link.name, None) else {
-                continue;
-            };
-            if routes.iter().any(|r| {
-                r.dst
-                    .parse::<IpNet>()
-                    .is_ok_and(|d| d.network().is_default() && d.family() == family)
-            }) {
-                return Ok(link.name.clone());
-            }
-        }
-    }
-    Err(CniError::internal("no default route interface found"))
 }

@@ -1,8 +1,8 @@
 //! macvtap logic against the SDK's fake host.
 
-use wasm_cni_sdk::fake::{ipam_result, FakeHost, NsId, NETNS_PATH};
-use wasm_cni_sdk::net::{LinkSettings, MacvlanMode, NetError, Ops, RouteSpec};
-use wasm_cni_sdk::{CniError, CniResult, Dns, Plugin, Request};
+use wasm_cni_sdk::fake::{ipam_result, netconf, suite, with_ipam_type, FakeHost, NsId, NETNS_PATH};
+use wasm_cni_sdk::net::{LinkSettings, MacvlanMode, NetError, Ops};
+use wasm_cni_sdk::{CniError, CniResult, Dns, Plugin};
 
 use crate::Macvtap;
 
@@ -10,24 +10,19 @@ const NODE: NsId = NsId::Node;
 const CONT: NsId = NsId::Container;
 
 fn conf(extra: &str) -> String {
-    let sep = if extra.is_empty() { "" } else { "," };
-    format!(r#"{{"cniVersion":"1.1.0","name":"mvt","type":"macvtap"{sep}{extra}}}"#)
+    netconf("1.1.0", "mvt", "macvtap", extra)
 }
 
 fn l3(extra: &str) -> String {
-    let sep = if extra.is_empty() { "" } else { "," };
-    conf(&format!(r#""ipam":{{"type":"static"}}{sep}{extra}"#))
+    conf(&with_ipam_type("static", extra))
 }
 
 fn new_host() -> FakeHost {
-    let host = FakeHost::new("eth0");
+    let host =
+        FakeHost::with_ipam_result(&[("192.168.1.50/24", Some("192.168.1.1"))], &["0.0.0.0/0"]);
     // The host grants the master: config-named, or (no `master`) the
     // default-route link; the fake models both as an allowed node link.
     host.allow_node_link("ens3");
-    host.set_ipam_result(ipam_result(
-        &[("192.168.1.50/24", Some("192.168.1.1"))],
-        &["0.0.0.0/0"],
-    ));
     host
 }
 
@@ -52,29 +47,7 @@ fn default_master_is_the_default_route_interface() {
     assert!(r.ips.is_empty() && r.dns.is_none());
     assert_eq!(host.link_names(NODE), ["lo", "ens3"], "nothing on the node");
 
-    let host = FakeHost::new("eth0");
-    host.remove_route(NODE, "0.0.0.0/0");
-    let before = host.snapshot();
-    let e = add(&host, &conf("")).unwrap_err();
-    assert_eq!(
-        (e.code, e.msg.as_str()),
-        (999, "no default route interface found")
-    );
-    assert_eq!(host.snapshot(), before);
-    // An IPv6 default route is used when there is no IPv4 one.
-    host.add_link(NODE, "ens4", "device", 9000);
-    host.allow_node_link("ens4");
-    host.add_route(
-        NODE,
-        RouteSpec {
-            dst: "::/0".into(),
-            gw: Some("fe80::1".into()),
-            dev: Some("ens4".into()),
-            ..RouteSpec::default()
-        },
-    );
-    add(&host, &conf("")).unwrap();
-    assert_eq!(host.link(CONT, "eth0").unwrap().mtu, 9000);
+    suite::assert_default_master_needs_a_default_route::<Macvtap>(&conf(""));
 }
 
 #[test]
@@ -156,17 +129,7 @@ fn promisc_mode() {
 #[test]
 fn mac_priority_config_then_cni_args_then_runtime_config() {
     let host = new_host();
-    let mut req = host.request(&conf(r#""mac":"02:00:00:00:00:01""#));
-    Macvtap::add(&host, &req).unwrap();
-    assert_eq!(host.link(CONT, "eth0").unwrap().mac, "02:00:00:00:00:01");
-    Macvtap::del(&host, &req).unwrap();
-    req.args = vec![("MAC".into(), "02:00:00:00:00:02".into())];
-    Macvtap::add(&host, &req).unwrap();
-    assert_eq!(host.link(CONT, "eth0").unwrap().mac, "02:00:00:00:00:02");
-    Macvtap::del(&host, &req).unwrap();
-    req.config = conf(r#""mac":"02:00:00:00:00:01","runtimeConfig":{"mac":"02:00:00:00:00:03"}"#);
-    let r = Macvtap::add(&host, &req).unwrap();
-    assert_eq!(r.interfaces[0].mac.as_deref(), Some("02:00:00:00:00:03"));
+    let mut req = suite::assert_mac_priority::<Macvtap>(&host, conf);
     Macvtap::del(&host, &req).unwrap();
     req.args = vec![("BOGUS".into(), "1".into())];
     assert_eq!(Macvtap::add(&host, &req).unwrap_err().code, 4);
@@ -202,22 +165,7 @@ fn ipam_configures_the_link_and_dns_comes_from_config_only() {
 
 #[test]
 fn failed_add_removes_the_link_and_releases_the_ip() {
-    let host = new_host();
-    let before = host.snapshot();
-    host.set_ipam_error("add", CniError::internal("range exhausted"));
-    assert_eq!(add(&host, &l3("")).unwrap_err().msg, "range exhausted");
-    assert_eq!(host.snapshot(), before);
-
-    let host = new_host();
-    let before = host.snapshot();
-    host.fail_next(
-        "add_route",
-        "",
-        NetError::Kernel(-22, "invalid argument".into()),
-    );
-    add(&host, &l3("")).unwrap_err();
-    assert_eq!(host.ipam_calls(), ["add", "del"]);
-    assert_eq!(host.snapshot(), before);
+    suite::assert_failed_ipam_add_rolls_back::<Macvtap>(new_host, &l3(""));
 
     let host = new_host();
     let before = host.snapshot();
@@ -250,14 +198,8 @@ fn an_ungranted_master_is_refused_cleanly() {
 #[test]
 fn del_is_idempotent() {
     let host = new_host();
-    let req = host.request(&l3(r#""master":"gone","deviceID":"x""#));
-    Macvtap::del(&host, &req).unwrap();
-    let req = host.request(&l3(""));
-    Macvtap::add(&host, &req).unwrap();
-    Macvtap::del(&host, &req).unwrap();
-    Macvtap::del(&host, &req).unwrap();
-    assert_eq!(host.link_names(CONT), ["lo"]);
-    assert_eq!(host.ipam_calls(), ["del", "add", "del", "del"]);
+    let first = l3(r#""master":"gone","deviceID":"x""#);
+    let req = suite::assert_del_is_idempotent::<Macvtap>(&host, &first, &l3(""));
     Macvtap::add(&host, &req).unwrap();
     host.remove_container_netns();
     Macvtap::del(&host, &req).unwrap();
@@ -268,11 +210,7 @@ fn check_validates_type_mode_mac_promisc_and_addresses() {
     let host = new_host();
     let cfg = l3(r#""mode":"vepa","promiscMode":true"#);
     let r = add(&host, &cfg).unwrap();
-    let with_prev = |config: &str, prev: &CniResult| -> Request {
-        let mut req = host.request(config);
-        req.prev_result = Some(prev.clone());
-        req
-    };
+    let with_prev = |config: &str, prev: &CniResult| host.request_with_prev(config, prev);
     Macvtap::check(&host, &with_prev(&cfg, &r)).unwrap();
     let e = Macvtap::check(&host, &with_prev(&l3(r#""promiscMode":true"#), &r)).unwrap_err();
     assert_eq!(
@@ -315,19 +253,11 @@ fn check_validates_type_mode_mac_promisc_and_addresses() {
     // A link of another kind under the name.
     let other = new_host();
     other.add_link(CONT, "eth0", "macvlan", 1500);
-    let mut req = other.request(&conf(""));
-    req.prev_result = Some(r);
-    let e = Macvtap::check(&other, &req).unwrap_err();
+    let e = Macvtap::check(&other, &other.request_with_prev(&conf(""), &r)).unwrap_err();
     assert_eq!(e.msg, "error: Container interface eth0 not of type macvtap");
 }
 
 #[test]
 fn status_and_gc_go_to_ipam() {
-    let host = new_host();
-    Macvtap::status(&host, &conf("")).unwrap();
-    Macvtap::gc(&host, &conf(""), &[]).unwrap();
-    assert!(host.ipam_calls().is_empty());
-    Macvtap::status(&host, &l3("")).unwrap();
-    Macvtap::gc(&host, &l3(""), &[]).unwrap();
-    assert_eq!(host.ipam_calls(), ["status", "gc"]);
+    suite::assert_status_and_gc_go_to_ipam::<Macvtap>(&new_host(), &conf(""), &l3(""));
 }

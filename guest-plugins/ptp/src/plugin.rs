@@ -3,10 +3,10 @@
 use serde::Deserialize;
 use wasm_cni_sdk::check::{self, mac_matches};
 use wasm_cni_sdk::config::{self, NetConf};
-use wasm_cni_sdk::host::Level;
 use wasm_cni_sdk::iface::{self, configure_iface};
 use wasm_cni_sdk::ip::IpNet;
 use wasm_cni_sdk::net::{scope, Ops, RouteSpec};
+use wasm_cni_sdk::plugin::{self, open_container, DelOrder};
 use wasm_cni_sdk::veth::setup_veth;
 use wasm_cni_sdk::{Attachment, CniError, CniResult, Host, Interface, Plugin, Request};
 
@@ -60,69 +60,30 @@ impl Plugin for Ptp {
                 "ptp requires an IPAM plugin: set ipam.type",
             ));
         }
-        let node = host
-            .node_netns()
-            .map_err(|e| e.into_cni("failed to open the node network namespace"))?;
-        let cont = host.container_netns().map_err(|e| {
-            e.into_cni(format_args!(
-                "failed to open netns {:?}",
-                req.netns.as_deref().unwrap_or("")
-            ))
-        })?;
+        let node = plugin::open_node(host)?;
+        let cont = open_container(host, req)?;
 
-        let allocated = host.ipam_add()?;
-        let added = add_with_ip(&node, &cont, &conf, req, allocated);
-        if added.is_err() {
-            if let Err(e) = cont.delete_link_if_exists(&req.ifname) {
-                host.log(
-                    Level::Warn,
-                    &format!("rollback: deleting {}: {e}", req.ifname),
-                );
-            }
-            if let Err(e) = host.ipam_del() {
-                host.log(Level::Warn, &format!("rollback: IPAM DEL: {e}"));
-            }
-        }
-        added
+        // As the reference: IPAM ADD before the veth exists; on failure the
+        // veth goes first, then the allocation.
+        iface::with_ipam(host, |allocated| {
+            let added = add_with_ip(&node, &cont, &conf, req, allocated);
+            plugin::undo_link_on_error(host, &cont, &req.ifname, added)
+        })
     }
 
     fn del<H: Host>(host: &H, req: &Request) -> Result<(), CniError> {
-        // Lenient: DEL only needs `ipam.type`.
-        let net: NetConf = config::from_str(&req.config)?;
         // The reference releases the IP first and returns its error.
-        if net.has_ipam() {
-            host.ipam_del()?;
-        }
-        match host.container_netns() {
-            Ok(cont) => {
-                cont.delete_link_if_exists(&req.ifname)
-                    .map_err(|e| e.into_cni(format_args!("failed to delete {:?}", req.ifname)))?;
-            }
-            Err(e) if e.is_not_found() => {}
-            Err(e) => return Err(e.into_cni("failed to open the container network namespace")),
-        }
-        Ok(())
+        plugin::del_interface(host, req, DelOrder::IpamFirst)
     }
 
     fn check<H: Host>(host: &H, req: &Request) -> Result<(), CniError> {
         let conf = load(&req.config)?;
-        let cont = host.container_netns().map_err(|e| {
-            e.into_cni(format_args!(
-                "failed to open netns {:?}",
-                req.netns.as_deref().unwrap_or("")
-            ))
-        })?;
+        let cont = open_container(host, req)?;
         if conf.net.has_ipam() {
             host.ipam_check()?;
         }
         let prev = check::require_prev_result(req.prev_result.as_ref())?;
-        let netns = req.netns.as_deref();
-        let cont_map = check::container_interface(prev, &req.ifname, netns).ok_or_else(|| {
-            CniError::internal(format!(
-                "Sandbox in prevResult doesn't match configured netns: {}",
-                netns.unwrap_or("")
-            ))
-        })?;
+        let cont_map = check::require_container_interface(prev, req)?;
         let link = cont.link_by_name(&req.ifname).map_err(|_| {
             CniError::internal(format!(
                 "ptp: Container Interface name in prevResult: {} not found",
@@ -148,19 +109,11 @@ impl Plugin for Ptp {
     }
 
     fn status<H: Host>(host: &H, config: &str) -> Result<(), CniError> {
-        let net: NetConf = config::from_str(config)?;
-        if net.has_ipam() {
-            host.ipam_status()?;
-        }
-        Ok(())
+        plugin::forward_status(host, config)
     }
 
     fn gc<H: Host>(host: &H, config: &str, _valid: &[Attachment]) -> Result<(), CniError> {
-        let net: NetConf = config::from_str(config)?;
-        if net.has_ipam() {
-            host.ipam_gc()?;
-        }
-        Ok(())
+        plugin::forward_gc(host, config)
     }
 }
 
@@ -278,9 +231,7 @@ fn add_with_ip<N: Ops>(
         }
     }
 
-    if let Ok(l) = node.link_by_name(hv) {
-        result.interfaces[0].mac = Some(l.mac);
-    }
+    iface::refresh_mac(node, &mut result.interfaces[0]);
     if let Some(dns) = conf.net.dns_if_set() {
         result.dns = Some(dns);
     }

@@ -1,6 +1,6 @@
 //! ptp logic against the SDK's fake host.
 
-use wasm_cni_sdk::fake::{ipam_result, FakeHost, NsId, NETNS_PATH};
+use wasm_cni_sdk::fake::{ipam_result, netconf, with_ipam_type, FakeHost, NsId, NETNS_PATH};
 use wasm_cni_sdk::net::NetError;
 use wasm_cni_sdk::{CniError, CniResult, Plugin, Request};
 
@@ -10,16 +10,16 @@ const NODE: NsId = NsId::Node;
 const CONT: NsId = NsId::Container;
 
 fn conf(extra: &str) -> String {
-    let sep = if extra.is_empty() { "" } else { "," };
-    format!(
-        r#"{{"cniVersion":"1.0.0","name":"rs-ptpnet","type":"ptp","ipam":{{"type":"host-local"}}{sep}{extra}}}"#
+    netconf(
+        "1.0.0",
+        "rs-ptpnet",
+        "ptp",
+        &with_ipam_type("host-local", extra),
     )
 }
 
 fn host_with(ips: &[(&str, Option<&str>)], routes: &[&str]) -> FakeHost {
-    let host = FakeHost::new("eth0");
-    host.set_ipam_result(ipam_result(ips, routes));
-    host
+    FakeHost::with_ipam_result(ips, routes)
 }
 
 fn host_v4() -> FakeHost {
@@ -30,18 +30,11 @@ fn add(host: &FakeHost, config: &str) -> Result<CniResult, CniError> {
     Ptp::add(host, &host.request(config))
 }
 
-fn host_veth(host: &FakeHost) -> String {
-    host.link_names(NODE)
-        .into_iter()
-        .find(|n| n.starts_with("veth"))
-        .unwrap_or_default()
-}
-
 #[test]
 fn add_v4_matches_the_reference_run() {
     let host = host_v4();
     let r = add(&host, &conf(r#""mtu":1400"#)).unwrap();
-    let veth = host_veth(&host);
+    let veth = host.node_veth();
     assert_eq!(r.interfaces.len(), 2);
     assert_eq!(r.interfaces[0].name, veth);
     assert_eq!(r.interfaces[0].sandbox, None);
@@ -91,7 +84,7 @@ fn add_dual_stack() {
         &["0.0.0.0/0", "::/0"],
     );
     add(&host, &conf("")).unwrap();
-    let veth = host_veth(&host);
+    let veth = host.node_veth();
     assert_eq!(
         host.addresses(NODE, &veth),
         ["10.1.1.1/32", "2001:db8::1/128"]
@@ -138,7 +131,7 @@ fn missing_gateway_releases_the_ip() {
     let e = add(&host, &conf("")).unwrap_err();
     assert_eq!(e.msg, "ptp: IPAM returned no gateway for 10.1.1.2/24");
     assert_eq!(host.ipam_calls(), ["add", "del"]);
-    assert!(host_veth(&host).is_empty());
+    assert!(host.node_veth().is_empty());
     let host = host_with(&[], &[]);
     assert_eq!(
         add(&host, &conf("")).unwrap_err().msg,
@@ -195,7 +188,7 @@ fn del_releases_first_and_is_idempotent() {
     Ptp::add(&host, &req).unwrap();
     Ptp::del(&host, &req).unwrap();
     assert_eq!(host.link_names(CONT), ["lo"]);
-    assert!(host_veth(&host).is_empty());
+    assert!(host.node_veth().is_empty());
     assert!(!host.routes(NODE).iter().any(|r| r.contains("10.200.2.2")));
     Ptp::del(&host, &req).unwrap();
     assert_eq!(host.ipam_calls(), ["add", "del", "del"]);
@@ -212,7 +205,7 @@ fn del_releases_first_and_is_idempotent() {
     Ptp::add(&host, &req).unwrap();
     host.remove_container_netns();
     Ptp::del(&host, &req).unwrap();
-    assert!(host_veth(&host).is_empty());
+    assert!(host.node_veth().is_empty());
     let mut no_netns = req.clone();
     no_netns.netns = None;
     Ptp::del(&host, &no_netns).unwrap();

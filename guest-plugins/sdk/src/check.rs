@@ -5,7 +5,7 @@
 use crate::error::CniError;
 use crate::ip::IpNet;
 use crate::net::{Link, Ops, RouteSpec};
-use crate::types::{CniResult, Interface, Route};
+use crate::types::{CniResult, Interface, Request, Route};
 
 /// `prevResult` is required by CHECK (reference message).
 pub fn require_prev_result(prev: Option<&CniResult>) -> Result<&CniResult, CniError> {
@@ -22,6 +22,22 @@ pub fn container_interface<'a>(
         .interfaces
         .iter()
         .find(|i| i.name == ifname && i.sandbox.as_deref() == netns)
+}
+
+/// [`container_interface`] for CNI_IFNAME and CNI_NETNS, required, with the
+/// reference ptp and bridge message (`Sandbox in prevResult doesn't match
+/// configured netns: <CNI_NETNS>`).
+pub fn require_container_interface<'a>(
+    prev: &'a CniResult,
+    req: &Request,
+) -> Result<&'a Interface, CniError> {
+    let netns = req.netns.as_deref();
+    container_interface(prev, &req.ifname, netns).ok_or_else(|| {
+        CniError::internal(format!(
+            "Sandbox in prevResult doesn't match configured netns: {}",
+            netns.unwrap_or("")
+        ))
+    })
 }
 
 /// Checks a link's MAC against the one recorded in prevResult, if any.
@@ -142,7 +158,6 @@ pub fn validate_routes<N: Ops>(ns: &N, routes: &[Route]) -> Result<(), CniError>
 mod tests {
     use super::*;
     use crate::fake::{ipam_result, FakeHost, NsId};
-    use crate::net::RouteSpec;
 
     fn setup() -> (FakeHost, crate::fake::FakeNs, CniResult) {
         let host = FakeHost::new("eth0");
@@ -150,15 +165,7 @@ mod tests {
         let c = host.ns(NsId::Container);
         host.add_link(NsId::Container, "eth0", "veth", 1500);
         host.add_address(NsId::Container, "eth0", "10.0.0.2/24");
-        host.add_route(
-            NsId::Container,
-            RouteSpec {
-                dst: "0.0.0.0/0".into(),
-                gw: Some("10.0.0.1".into()),
-                dev: Some("eth0".into()),
-                ..RouteSpec::default()
-            },
-        );
+        host.add_default_route(NsId::Container, "eth0", "10.0.0.1");
         let mut r = ipam_result(
             &[("10.0.0.2/24", Some("10.0.0.1"))],
             &["0.0.0.0/0", "10.0.0.0/24"],
@@ -213,6 +220,20 @@ mod tests {
         r.routes[1].table = Some(7);
         r.routes[1].gw = None;
         assert!(validate_routes(&c, &r.routes[1..]).is_err());
+    }
+
+    #[test]
+    fn the_container_interface_must_be_in_the_sandbox() {
+        let (host, _c, mut r) = setup();
+        let mut req = host.request("{}");
+        r.interfaces[0].sandbox = req.netns.clone();
+        assert_eq!(require_container_interface(&r, &req).unwrap().name, "eth0");
+        req.netns = Some("/var/run/netns/other".into());
+        let e = require_container_interface(&r, &req).unwrap_err();
+        assert_eq!(
+            e.msg,
+            "Sandbox in prevResult doesn't match configured netns: /var/run/netns/other"
+        );
     }
 
     #[test]

@@ -17,6 +17,8 @@
 
 #![allow(clippy::missing_panics_doc)]
 
+pub mod suite;
+
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -55,6 +57,21 @@ pub fn ipam_result(ips: &[(&str, Option<&str>)], routes: &[&str]) -> CniResult {
             .collect(),
         dns: None,
     }
+}
+
+/// A config text `{"cniVersion":…,"name":…,"type":…}` followed by `extra`
+/// (`"key":value` members, comma-separated; may be empty).
+pub fn netconf(cni_version: &str, name: &str, plugin_type: &str, extra: &str) -> String {
+    let sep = if extra.is_empty() { "" } else { "," };
+    format!(
+        r#"{{"cniVersion":"{cni_version}","name":"{name}","type":"{plugin_type}"{sep}{extra}}}"#
+    )
+}
+
+/// `extra` (as for [`netconf`]) preceded by `"ipam":{"type":<ipam_type>}`.
+pub fn with_ipam_type(ipam_type: &str, extra: &str) -> String {
+    let sep = if extra.is_empty() { "" } else { "," };
+    format!(r#""ipam":{{"type":"{ipam_type}"}}{sep}{extra}"#)
 }
 
 /// Which namespace.
@@ -496,6 +513,14 @@ impl FakeHost {
         }
     }
 
+    /// [`FakeHost::new`] for `eth0` whose IPAM delegate returns
+    /// [`ipam_result`]`(ips, routes)`.
+    pub fn with_ipam_result(ips: &[(&str, Option<&str>)], routes: &[&str]) -> Self {
+        let host = Self::new("eth0");
+        host.set_ipam_result(ipam_result(ips, routes));
+        host
+    }
+
     pub fn ns(&self, id: NsId) -> FakeNs {
         FakeNs {
             world: Rc::clone(&self.world),
@@ -514,6 +539,13 @@ impl FakeHost {
             config: config.into(),
             prev_result: None,
         }
+    }
+
+    /// [`FakeHost::request`] with `prev` as its prevResult (CHECK).
+    pub fn request_with_prev(&self, config: &str, prev: &CniResult) -> Request {
+        let mut req = self.request(config);
+        req.prev_result = Some(prev.clone());
+        req
     }
 
     // ------------------------------------------------------------ setup
@@ -549,6 +581,25 @@ impl FakeHost {
         let mut route = route;
         route.table.get_or_insert(MAIN_TABLE);
         self.world.borrow_mut().ns[id.index()].routes.push(route);
+    }
+
+    /// Adds a default route (`0.0.0.0/0` or `::/0`, by `gw`'s family) via
+    /// `gw` on `dev`, no policy.
+    pub fn add_default_route(&self, id: NsId, dev: &str, gw: &str) {
+        let dst = if gw.contains(':') {
+            "::/0"
+        } else {
+            "0.0.0.0/0"
+        };
+        self.add_route(
+            id,
+            RouteSpec {
+                dst: dst.into(),
+                gw: Some(gw.into()),
+                dev: Some(dev.into()),
+                ..RouteSpec::default()
+            },
+        );
     }
 
     pub fn remove_route(&self, id: NsId, dst: &str) {
@@ -639,6 +690,15 @@ impl FakeHost {
             .iter()
             .map(|l| l.link.name.clone())
             .collect()
+    }
+
+    /// The name of the first node link named `veth…` (the node end of a
+    /// veth pair), or `""` if there is none.
+    pub fn node_veth(&self) -> String {
+        self.link_names(NsId::Node)
+            .into_iter()
+            .find(|n| n.starts_with("veth"))
+            .unwrap_or_default()
     }
 
     pub fn addresses(&self, id: NsId, link: &str) -> Vec<String> {

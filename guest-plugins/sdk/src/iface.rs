@@ -1,12 +1,15 @@
-//! The reference `ipam.ConfigureIface` and small helpers around IPAM
-//! results.
+//! The reference `ipam.ConfigureIface`, the IPAM step of an interface
+//! plugin's ADD built on it ([`attach_ipam`], [`with_ipam`]) and small
+//! helpers around results.
 
 use std::net::IpAddr;
 
 use crate::error::CniError;
+use crate::host::Host;
 use crate::ip::{parse_ip, Family, IpNet};
-use crate::net::{iface_sysctl, NetError, Ops, RouteSpec};
-use crate::types::{CniResult, IpConfig};
+use crate::net::{iface_sysctl, Link, NetError, Ops, RouteSpec};
+use crate::plugin::undo_ipam;
+use crate::types::{CniResult, Interface, IpConfig, Request};
 
 /// Parses an `ips[].address`, naming the field on error (code 999: results
 /// come from IPAM plugins, not the user's config).
@@ -56,6 +59,101 @@ pub fn enable_forwarding<N: Ops>(ns: &N, families: &[Family]) -> Result<(), CniE
             .map_err(|e| e.into_cni(format_args!("failed to enable forwarding ({key}=1)")))?;
     }
     Ok(())
+}
+
+/// A result whose one interface is CNI_IFNAME in CNI_NETNS with `link`'s
+/// MAC: what plugins that create only the container link (macvlan,
+/// macvtap, tap) report.
+pub fn container_result(req: &Request, link: &Link) -> CniResult {
+    CniResult {
+        interfaces: vec![Interface {
+            name: req.ifname.clone(),
+            mac: Some(link.mac.clone()),
+            sandbox: req.netns.clone(),
+            ..Interface::default()
+        }],
+        ..CniResult::default()
+    }
+}
+
+/// Re-reads the MAC of the link `iface` names in `ns` (enslaving and
+/// addressing may change it); keeps the recorded one if the link cannot be
+/// read.
+pub fn refresh_mac<N: Ops>(ns: &N, iface: &mut Interface) {
+    if let Ok(l) = ns.link_by_name(&iface.name) {
+        iface.mac = Some(l.mac);
+    }
+}
+
+/// Sets the link up, failing as the reference `ConfigureIface` does
+/// (`failed to set "<ifname>" UP: …`).
+pub fn link_up<N: Ops>(ns: &N, ifname: &str) -> Result<(), CniError> {
+    ns.set_up(ifname)
+        .map_err(|e| e.into_cni(format_args!("failed to set {ifname:?} UP")))?;
+    Ok(())
+}
+
+/// The neighbour-notification sysctls set on an interface before it is
+/// addressed (failures ignored, as in the references).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Notify {
+    /// `arp_notify=1` (tap, bridge).
+    Arp,
+    /// `arp_notify=1` and `ndisc_notify=1` (macvlan, macvtap).
+    ArpAndNdisc,
+}
+
+impl Notify {
+    pub fn apply<N: Ops>(self, ns: &N, ifname: &str) {
+        let _ = try_sysctl(ns, &iface_sysctl("ipv4", ifname, "arp_notify"), "1");
+        if self == Self::ArpAndNdisc {
+            let _ = try_sysctl(ns, &iface_sysctl("ipv6", ifname, "ndisc_notify"), "1");
+        }
+    }
+}
+
+/// IPAM ADD, then `configure` with its result; if `configure` fails, the
+/// allocation is released (IPAM DEL, best effort, see
+/// [`crate::plugin::undo_ipam`]) and its error returned. An IPAM ADD error
+/// is returned as is.
+pub fn with_ipam<H: Host, T>(
+    host: &H,
+    configure: impl FnOnce(CniResult) -> Result<T, CniError>,
+) -> Result<T, CniError> {
+    let allocated = host.ipam_add()?;
+    configure(allocated).inspect_err(|_| undo_ipam(host))
+}
+
+/// The IPAM step of an interface plugin's ADD, for a result whose
+/// `interfaces` are already filled in, `ifname` (in `ns`) being
+/// `interfaces[index]`:
+///
+/// 1. IPAM ADD;
+/// 2. the IPAM result must hold an IP ([`require_ips`]);
+/// 3. `result.ips` and `result.routes` become IPAM's, every ip pointing at
+///    `index` (IPAM's `dns` is left to the caller);
+/// 4. the `notify` sysctls on `ifname`;
+/// 5. [`configure_iface`].
+///
+/// A failure after 1 releases the allocation (see [`with_ipam`]).
+pub fn attach_ipam<H: Host>(
+    host: &H,
+    ns: &H::Ns,
+    ifname: &str,
+    index: u32,
+    notify: Notify,
+    result: &mut CniResult,
+) -> Result<(), CniError> {
+    with_ipam(host, |allocated| {
+        require_ips(&allocated)?;
+        result.ips = allocated.ips;
+        result.routes = allocated.routes;
+        for ipc in &mut result.ips {
+            ipc.interface = Some(index);
+        }
+        notify.apply(ns, ifname);
+        configure_iface(ns, ifname, result)
+    })
 }
 
 /// The reference `ipam.ConfigureIface(ifname, result)`, run against `ns`:
@@ -120,8 +218,7 @@ pub fn configure_iface<N: Ops>(ns: &N, ifname: &str, result: &CniResult) -> Resu
         }
     }
 
-    ns.set_up(ifname)
-        .map_err(|e| e.into_cni(format_args!("failed to set {ifname:?} UP")))?;
+    link_up(ns, ifname)?;
 
     for route in &result.routes {
         let dst: IpNet = route
@@ -299,5 +396,95 @@ mod tests {
                 .as_deref(),
             Some("0")
         );
+    }
+
+    #[test]
+    fn attach_ipam_points_ips_at_the_interface_and_releases_on_failure() {
+        let (host, c) = setup();
+        host.set_ipam_result(ipam_result(
+            &[("10.0.0.2/24", Some("10.0.0.1"))],
+            &["0.0.0.0/0"],
+        ));
+        let interfaces = vec![
+            Interface {
+                name: "vethx".into(),
+                ..Interface::default()
+            },
+            Interface {
+                name: "eth0".into(),
+                ..Interface::default()
+            },
+        ];
+        let mut r = CniResult {
+            interfaces: interfaces.clone(),
+            ..CniResult::default()
+        };
+        attach_ipam(&host, &c, "eth0", 1, Notify::Arp, &mut r).unwrap();
+        assert_eq!(r.ips[0].interface, Some(1));
+        assert_eq!(r.routes[0].dst, "0.0.0.0/0");
+        assert_eq!(host.addresses(NsId::Container, "eth0"), ["10.0.0.2/24"]);
+        let sysctl = |k: &str| host.sysctl(NsId::Container, k);
+        assert_eq!(
+            sysctl("net.ipv4.conf.eth0.arp_notify").as_deref(),
+            Some("1")
+        );
+        assert_eq!(
+            sysctl("net.ipv6.conf.eth0.ndisc_notify").as_deref(),
+            Some("0")
+        );
+        assert_eq!(host.ipam_calls(), ["add"]);
+
+        // A failure after IPAM ADD releases the allocation.
+        let (host, c) = setup();
+        host.set_ipam_result(ipam_result(&[("10.0.0.2/24", None)], &[]));
+        let mut r = CniResult {
+            interfaces,
+            ..CniResult::default()
+        };
+        let e = attach_ipam(&host, &c, "eth0", 0, Notify::ArpAndNdisc, &mut r).unwrap_err();
+        assert!(e.msg.ends_with("invalid interface index"), "{}", e.msg);
+        assert_eq!(
+            host.sysctl(NsId::Container, "net.ipv6.conf.eth0.ndisc_notify")
+                .as_deref(),
+            Some("1")
+        );
+        assert_eq!(host.ipam_calls(), ["add", "del"]);
+        assert!(!host.ipam_allocated());
+        host.set_ipam_result(ipam_result(&[], &[]));
+        let e = attach_ipam(&host, &c, "eth0", 1, Notify::Arp, &mut r).unwrap_err();
+        assert_eq!(e.msg, "IPAM plugin returned missing IP config");
+        assert_eq!(host.ipam_calls(), ["add", "del", "add", "del"]);
+        host.set_ipam_error("add", CniError::internal("exhausted"));
+        let e = attach_ipam(&host, &c, "eth0", 1, Notify::Arp, &mut r).unwrap_err();
+        assert_eq!(e.msg, "exhausted");
+        assert_eq!(host.ipam_calls().len(), 5, "no DEL without an allocation");
+    }
+
+    #[test]
+    fn container_result_and_refreshed_mac() {
+        let (host, c) = setup();
+        let link = c.link_by_name("eth0").unwrap();
+        let req = host.request("{}");
+        let mut r = container_result(
+            &req,
+            &Link {
+                mac: "02:00:00:00:00:01".into(),
+                ..link.clone()
+            },
+        );
+        assert_eq!(
+            r.interfaces,
+            [Interface {
+                name: "eth0".into(),
+                mac: Some("02:00:00:00:00:01".into()),
+                sandbox: Some(crate::fake::NETNS_PATH.into()),
+                ..Interface::default()
+            }]
+        );
+        refresh_mac(&c, &mut r.interfaces[0]);
+        assert_eq!(r.interfaces[0].mac, Some(link.mac));
+        r.interfaces[0].name = "gone".into();
+        refresh_mac(&c, &mut r.interfaces[0]);
+        assert!(r.interfaces[0].mac.is_some(), "kept when unreadable");
     }
 }

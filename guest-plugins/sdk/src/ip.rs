@@ -129,6 +129,13 @@ impl IpNet {
         self.prefix == other.prefix && self.network() == other.network()
     }
 
+    /// The highest address of the prefix (for IPv4, the broadcast address).
+    pub fn last(&self) -> IpAddr {
+        let bits = self.family().bits();
+        let host = mask(bits, bits) & !mask(bits, self.prefix);
+        from_u128(self.family(), to_u128(self.network().addr) | host)
+    }
+
     /// The conventional gateway: network address + 1 (Go `calcGatewayIP`).
     pub fn gateway(&self) -> IpAddr {
         next_ip(self.network().addr)
@@ -185,16 +192,18 @@ pub fn next_ip(ip: IpAddr) -> IpAddr {
     from_u128(family, value)
 }
 
-fn to_u128(ip: IpAddr) -> u128 {
+/// The address as an integer (IPv4 in the low 32 bits), for arithmetic.
+pub fn to_u128(ip: IpAddr) -> u128 {
     match ip {
         IpAddr::V4(v4) => u128::from(u32::from(v4)),
         IpAddr::V6(v6) => u128::from(v6),
     }
 }
 
-fn from_u128(family: Family, value: u128) -> IpAddr {
+/// The address of `family` with integer value `value`, which must fit the
+/// family (an IPv4 value above 32 bits gives `255.255.255.255`).
+pub fn from_u128(family: Family, value: u128) -> IpAddr {
     match family {
-        // The value was masked to 32 bits by every caller.
         Family::V4 => IpAddr::V4(Ipv4Addr::from(u32::try_from(value).unwrap_or(u32::MAX))),
         Family::V6 => IpAddr::V6(Ipv6Addr::from(value)),
     }
@@ -293,6 +302,25 @@ mod tests {
         assert_eq!(
             next_ip(parse_ip("2001:db8::ffff").unwrap()).to_string(),
             "2001:db8::1:0"
+        );
+    }
+
+    #[test]
+    fn last_address_of_a_prefix() {
+        assert_eq!(net("10.1.2.3/24").last().to_string(), "10.1.2.255");
+        assert_eq!(net("10.1.2.3/32").last().to_string(), "10.1.2.3");
+        assert_eq!(net("0.0.0.0/0").last().to_string(), "255.255.255.255");
+        assert_eq!(
+            net("2001:db8::/64").last().to_string(),
+            "2001:db8::ffff:ffff:ffff:ffff"
+        );
+        assert_eq!(
+            net("::/0").last().to_string(),
+            "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"
+        );
+        assert_eq!(
+            from_u128(Family::V4, to_u128(parse_ip("10.0.0.1").unwrap()) + 1).to_string(),
+            "10.0.0.2"
         );
     }
 

@@ -8,10 +8,13 @@
 //! * [`types`], [`error`]: plain CNI types and errors with the spec codes;
 //! * [`config`], [`args`], [`mac`]: config, CNI_ARGS and MAC handling;
 //! * [`ip`], [`naming`]: CIDR math and deterministic veth names;
-//! * [`iface`], [`veth`], [`check`]: the reference `ConfigureIface`, `SetupVeth` and CHECK
-//!   validation;
+//! * [`iface`], [`veth`], [`check`]: the reference `ConfigureIface` (and
+//!   the IPAM step of ADD built on it), `SetupVeth` and CHECK validation;
+//! * [`plugin`]: verb-level steps (opening namespaces, rollback, DEL of a
+//!   container link, STATUS/GC forwarded to IPAM); [`macvlan`]: what the
+//!   macvlan and macvtap plugins share;
 //! * [`fake`] (tests or feature `fake`): an in-memory host for native unit
-//!   tests.
+//!   tests, and [`fake::suite`], assertions the plugins' tests share.
 
 #![cfg_attr(
     not(test),
@@ -31,8 +34,10 @@ pub mod host;
 pub mod iface;
 pub mod ip;
 pub mod mac;
+pub mod macvlan;
 pub mod naming;
 pub mod net;
+pub mod plugin;
 pub mod types;
 pub mod veth;
 

@@ -1,5 +1,7 @@
 //! MAC address validation and the per-plugin MAC source priority.
 
+use crate::args::CniArgs;
+use crate::config::NetConf;
 use crate::error::CniError;
 
 /// Parses a 6-byte MAC (`:` or `-` separated, any case) into the canonical
@@ -95,6 +97,24 @@ pub fn select(candidates: &[(MacSource, Option<&str>)]) -> Result<Option<String>
     Ok(Some(normalized))
 }
 
+/// The container MAC of the plugins that create one link from their own
+/// config (macvlan, macvtap, tap): CNI_ARGS may carry only `MAC` (the
+/// reference `MacEnvArgs`: anything else is code 4 unless `IgnoreUnknown`),
+/// and the priority is the config's `mac` < CNI_ARGS `MAC` <
+/// `runtimeConfig.mac` (see [`select`]).
+pub fn requested(
+    config_mac: Option<&str>,
+    args: &[(String, String)],
+    net: &NetConf,
+) -> Result<Option<String>, CniError> {
+    let cni_args = CniArgs::parse(args, &["MAC"])?;
+    select(&[
+        (MacSource::Config, config_mac),
+        (MacSource::CniArgs, cni_args.mac()),
+        (MacSource::RuntimeConfig, net.runtime_mac()),
+    ])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,5 +164,41 @@ mod tests {
                 .as_deref(),
             Some("c2:11:22:33:44:55")
         );
+    }
+
+    #[test]
+    fn requested_takes_config_then_cni_args_then_runtime_config() {
+        let args = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let net: NetConf = crate::config::from_str(r#"{"name":"n"}"#).unwrap();
+        let with_runtime: NetConf =
+            crate::config::from_str(r#"{"runtimeConfig":{"mac":"02:00:00:00:00:03"}}"#).unwrap();
+        let config = Some("02:00:00:00:00:01");
+        let mac_arg = args(&[("MAC", "02:00:00:00:00:02")]);
+        assert_eq!(
+            requested(config, &[], &net).unwrap().as_deref(),
+            Some("02:00:00:00:00:01")
+        );
+        assert_eq!(
+            requested(config, &mac_arg, &net).unwrap().as_deref(),
+            Some("02:00:00:00:00:02")
+        );
+        assert_eq!(
+            requested(config, &mac_arg, &with_runtime)
+                .unwrap()
+                .as_deref(),
+            Some("02:00:00:00:00:03")
+        );
+        assert_eq!(requested(None, &[], &net).unwrap(), None);
+        let e = requested(None, &args(&[("IP", "10.0.0.2")]), &net).unwrap_err();
+        assert_eq!(e.code, 4);
+        let ignored = args(&[("IP", "10.0.0.2"), ("IgnoreUnknown", "1")]);
+        assert_eq!(requested(None, &ignored, &net).unwrap(), None);
+        let e = requested(None, &args(&[("MAC", "nope")]), &net).unwrap_err();
+        assert_eq!(e.msg, r#"invalid MAC address "nope" (from CNI_ARGS MAC)"#);
     }
 }

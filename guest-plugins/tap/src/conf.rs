@@ -3,9 +3,8 @@
 //! is created.
 
 use serde::Deserialize;
-use wasm_cni_sdk::args::CniArgs;
 use wasm_cni_sdk::config::{self, NetConf};
-use wasm_cni_sdk::mac::{self, MacSource};
+use wasm_cni_sdk::mac;
 use wasm_cni_sdk::CniError;
 
 /// The largest MTU of a tap device (the kernel's `MAX_MTU` less the
@@ -66,12 +65,7 @@ pub fn load(text: &str, args: &[(String, String)]) -> Result<Conf, CniError> {
                 })?,
         ),
     };
-    let cni_args = CniArgs::parse(args, &["MAC"])?;
-    let mac = mac::select(&[
-        (MacSource::Config, raw.mac.as_deref()),
-        (MacSource::CniArgs, cni_args.mac()),
-        (MacSource::RuntimeConfig, net.runtime_mac()),
-    ])?;
+    let mac = mac::requested(raw.mac.as_deref(), args, &net)?;
     Ok(Conf {
         mtu,
         mac,

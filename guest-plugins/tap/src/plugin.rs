@@ -1,24 +1,14 @@
 //! The tap verbs, generic over the host.
 
 use wasm_cni_sdk::check;
-use wasm_cni_sdk::config::{self, NetConf};
-use wasm_cni_sdk::host::Level;
-use wasm_cni_sdk::iface::{self, configure_iface, try_sysctl};
-use wasm_cni_sdk::net::{iface_sysctl, Link, LinkSettings, Ops};
-use wasm_cni_sdk::{Attachment, CniError, CniResult, Host, Interface, Plugin, Request};
+use wasm_cni_sdk::iface::{self, Notify};
+use wasm_cni_sdk::net::{Link, LinkSettings, Ops};
+use wasm_cni_sdk::plugin::{self, open_container, DelOrder};
+use wasm_cni_sdk::{Attachment, CniError, CniResult, Host, Plugin, Request};
 
 use crate::conf::{load, Conf};
 
 pub struct Tap;
-
-fn open_container<H: Host>(host: &H, req: &Request) -> Result<H::Ns, CniError> {
-    host.container_netns().map_err(|e| {
-        e.into_cni(format_args!(
-            "failed to open netns {:?}",
-            req.netns.as_deref().unwrap_or("")
-        ))
-    })
-}
 
 impl Plugin for Tap {
     fn add<H: Host>(host: &H, req: &Request) -> Result<CniResult, CniError> {
@@ -39,34 +29,12 @@ impl Plugin for Tap {
             )
             .map_err(|e| e.into_cni("failed to create tap"))?;
         let added = configure(host, &cont, &conf, req, &link);
-        if added.is_err() {
-            if let Err(e) = cont.delete_link_if_exists(&req.ifname) {
-                host.log(
-                    Level::Warn,
-                    &format!("rollback: deleting {}: {e}", req.ifname),
-                );
-            }
-        }
-        added
+        plugin::undo_link_on_error(host, &cont, &req.ifname, added)
     }
 
     fn del<H: Host>(host: &H, req: &Request) -> Result<(), CniError> {
-        // Lenient (the JSON only): DEL must clean up after any ADD.
-        let net: NetConf = config::from_str(&req.config)?;
-        if net.has_ipam() {
-            host.ipam_del()?;
-        }
-        match host.container_netns() {
-            Ok(cont) => {
-                cont.delete_link_if_exists(&req.ifname)
-                    .map_err(|e| e.into_cni(format_args!("failed to delete {:?}", req.ifname)))?;
-            }
-            // No netns passed, or the runtime already deleted it (and the
-            // tap with it).
-            Err(e) if e.is_not_found() => {}
-            Err(e) => return Err(e.into_cni("failed to open the container network namespace")),
-        }
-        Ok(())
+        // The JSON only: DEL must clean up after any ADD.
+        plugin::del_interface(host, req, DelOrder::IpamFirst)
     }
 
     /// §6.4: IPAM CHECK, prevResult required, the interface's sandbox must
@@ -97,19 +65,11 @@ impl Plugin for Tap {
     }
 
     fn status<H: Host>(host: &H, config: &str) -> Result<(), CniError> {
-        let net: NetConf = config::from_str(config)?;
-        if net.has_ipam() {
-            host.ipam_status()?;
-        }
-        Ok(())
+        plugin::forward_status(host, config)
     }
 
     fn gc<H: Host>(host: &H, config: &str, _valid: &[Attachment]) -> Result<(), CniError> {
-        let net: NetConf = config::from_str(config)?;
-        if net.has_ipam() {
-            host.ipam_gc()?;
-        }
-        Ok(())
+        plugin::forward_gc(host, config)
     }
 }
 
@@ -141,38 +101,13 @@ fn configure<H: Host>(
     cont.set_up(ifname)
         .map_err(|e| e.into_cni("failed to set tap interface up"))?;
 
-    let mut result = CniResult {
-        interfaces: vec![Interface {
-            name: ifname.to_string(),
-            mac: Some(link.mac.clone()),
-            sandbox: req.netns.clone(),
-            ..Interface::default()
-        }],
-        ..CniResult::default()
-    };
+    let mut result = iface::container_result(req, link);
     if conf.net.has_ipam() {
-        let allocated = host.ipam_add()?;
-        let configured = (|| {
-            iface::require_ips(&allocated)?;
-            result.ips = allocated.ips;
-            result.routes = allocated.routes;
-            // All addresses apply to the tap.
-            for ipc in &mut result.ips {
-                ipc.interface = Some(0);
-            }
-            let _ = try_sysctl(cont, &iface_sysctl("ipv4", ifname, "arp_notify"), "1");
-            configure_iface(cont, ifname, &result)
-        })();
-        if let Err(e) = configured {
-            if let Err(del) = host.ipam_del() {
-                host.log(Level::Warn, &format!("rollback: IPAM DEL: {del}"));
-            }
-            return Err(e);
-        }
+        // All addresses apply to the tap; unlike macvlan, the reference
+        // leaves `ndisc_notify` alone.
+        iface::attach_ipam(host, cont, ifname, 0, Notify::Arp, &mut result)?;
     }
-    if let Ok(l) = cont.link_by_name(ifname) {
-        result.interfaces[0].mac = Some(l.mac);
-    }
+    iface::refresh_mac(cont, &mut result.interfaces[0]);
     // The reference reports the config's `dns` only.
     result.dns = conf.net.dns_if_set();
     Ok(result)

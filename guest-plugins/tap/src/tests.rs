@@ -1,8 +1,9 @@
 //! tap logic against the SDK's fake host.
 
-use wasm_cni_sdk::fake::{ipam_result, FakeHost, NsId, TapInfo, NETNS_PATH};
-use wasm_cni_sdk::net::NetError;
-use wasm_cni_sdk::{CniError, CniResult, Dns, Interface, Plugin, Request};
+use wasm_cni_sdk::fake::{
+    ipam_result, netconf, suite, with_ipam_type, FakeHost, NsId, TapInfo, NETNS_PATH,
+};
+use wasm_cni_sdk::{CniError, CniResult, Dns, Interface, Plugin};
 
 use crate::Tap;
 
@@ -10,22 +11,15 @@ const NODE: NsId = NsId::Node;
 const CONT: NsId = NsId::Container;
 
 fn conf(extra: &str) -> String {
-    let sep = if extra.is_empty() { "" } else { "," };
-    format!(r#"{{"cniVersion":"1.1.0","name":"tapnet","type":"tap"{sep}{extra}}}"#)
+    netconf("1.1.0", "tapnet", "tap", extra)
 }
 
 fn l3(extra: &str) -> String {
-    let sep = if extra.is_empty() { "" } else { "," };
-    conf(&format!(r#""ipam":{{"type":"static"}}{sep}{extra}"#))
+    conf(&with_ipam_type("static", extra))
 }
 
 fn new_host() -> FakeHost {
-    let host = FakeHost::new("eth0");
-    host.set_ipam_result(ipam_result(
-        &[("10.20.0.5/24", Some("10.20.0.1"))],
-        &["0.0.0.0/0"],
-    ));
-    host
+    FakeHost::with_ipam_result(&[("10.20.0.5/24", Some("10.20.0.1"))], &["0.0.0.0/0"])
 }
 
 fn add(host: &FakeHost, config: &str) -> Result<CniResult, CniError> {
@@ -80,18 +74,7 @@ fn mtu_mac_queues_owner_and_group() {
 
 #[test]
 fn mac_priority_config_then_cni_args_then_runtime_config() {
-    let host = new_host();
-    let mut req = host.request(&conf(r#""mac":"02:00:00:00:00:01""#));
-    Tap::add(&host, &req).unwrap();
-    assert_eq!(host.link(CONT, "eth0").unwrap().mac, "02:00:00:00:00:01");
-    Tap::del(&host, &req).unwrap();
-    req.args = vec![("MAC".into(), "02:00:00:00:00:02".into())];
-    Tap::add(&host, &req).unwrap();
-    assert_eq!(host.link(CONT, "eth0").unwrap().mac, "02:00:00:00:00:02");
-    Tap::del(&host, &req).unwrap();
-    req.config = conf(r#""mac":"02:00:00:00:00:01","runtimeConfig":{"mac":"02:00:00:00:00:03"}"#);
-    let r = Tap::add(&host, &req).unwrap();
-    assert_eq!(r.interfaces[0].mac.as_deref(), Some("02:00:00:00:00:03"));
+    suite::assert_mac_priority::<Tap>(&new_host(), conf);
 }
 
 #[test]
@@ -212,23 +195,7 @@ fn ipam_configures_the_tap_and_dns_comes_from_config_only() {
 
 #[test]
 fn failed_add_removes_the_tap_and_releases_the_ip() {
-    let host = new_host();
-    let before = host.snapshot();
-    host.set_ipam_error("add", CniError::internal("range exhausted"));
-    assert_eq!(add(&host, &l3("")).unwrap_err().msg, "range exhausted");
-    assert_eq!(host.snapshot(), before);
-
-    let host = new_host();
-    let before = host.snapshot();
-    host.fail_next(
-        "add_route",
-        "",
-        NetError::Kernel(-22, "invalid argument".into()),
-    );
-    add(&host, &l3("")).unwrap_err();
-    assert_eq!(host.ipam_calls(), ["add", "del"]);
-    assert!(!host.ipam_allocated());
-    assert_eq!(host.snapshot(), before);
+    suite::assert_failed_ipam_add_rolls_back::<Tap>(new_host, &l3(""));
 
     let host = new_host();
     host.set_ipam_result(ipam_result(&[], &[]));
@@ -256,13 +223,7 @@ fn an_existing_interface_is_left_alone() {
 #[test]
 fn del_is_idempotent_and_survives_a_gone_namespace() {
     let host = new_host();
-    let req = host.request(&l3(""));
-    Tap::del(&host, &req).unwrap();
-    Tap::add(&host, &req).unwrap();
-    Tap::del(&host, &req).unwrap();
-    Tap::del(&host, &req).unwrap();
-    assert_eq!(host.link_names(CONT), ["lo"]);
-    assert_eq!(host.ipam_calls(), ["del", "add", "del", "del"]);
+    let req = suite::assert_del_is_idempotent::<Tap>(&host, &l3(""), &l3(""));
     // DEL reads only the JSON: a config ADD would refuse still cleans up.
     Tap::add(&host, &req).unwrap();
     let mut bad = req.clone();
@@ -281,11 +242,7 @@ fn del_is_idempotent_and_survives_a_gone_namespace() {
 fn check_validates_sandbox_addresses_and_routes() {
     let host = new_host();
     let r = add(&host, &l3("")).unwrap();
-    let with_prev = |prev: &CniResult| -> Request {
-        let mut req = host.request(&l3(""));
-        req.prev_result = Some(prev.clone());
-        req
-    };
+    let with_prev = |prev: &CniResult| host.request_with_prev(&l3(""), prev);
     Tap::check(&host, &with_prev(&r)).unwrap();
     assert_eq!(host.ipam_calls(), ["add", "check"]);
 
@@ -308,8 +265,7 @@ fn check_validates_sandbox_addresses_and_routes() {
     let host = new_host();
     let r = add(&host, &l3("")).unwrap();
     host.remove_route(CONT, "0.0.0.0/0");
-    let mut req = host.request(&l3(""));
-    req.prev_result = Some(r.clone());
+    let req = host.request_with_prev(&l3(""), &r);
     let e = Tap::check(&host, &req).unwrap_err();
     assert!(
         e.msg.starts_with("Expected Route {Dst:0.0.0.0/0"),
@@ -323,19 +279,11 @@ fn check_validates_sandbox_addresses_and_routes() {
     // L2: nothing to validate but the sandbox.
     let host = new_host();
     let r = add(&host, &conf("")).unwrap();
-    let mut req = host.request(&conf(""));
-    req.prev_result = Some(r);
-    Tap::check(&host, &req).unwrap();
+    Tap::check(&host, &host.request_with_prev(&conf(""), &r)).unwrap();
     assert!(host.ipam_calls().is_empty());
 }
 
 #[test]
 fn status_and_gc_go_to_ipam() {
-    let host = new_host();
-    Tap::status(&host, &conf("")).unwrap();
-    Tap::gc(&host, &conf(""), &[]).unwrap();
-    assert!(host.ipam_calls().is_empty());
-    Tap::status(&host, &l3("")).unwrap();
-    Tap::gc(&host, &l3(""), &[]).unwrap();
-    assert_eq!(host.ipam_calls(), ["status", "gc"]);
+    suite::assert_status_and_gc_go_to_ipam::<Tap>(&new_host(), &conf(""), &l3(""));
 }

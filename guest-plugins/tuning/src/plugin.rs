@@ -6,6 +6,7 @@ use wasm_cni_sdk::config::{self, NetConf};
 use wasm_cni_sdk::host::Level;
 use wasm_cni_sdk::mac;
 use wasm_cni_sdk::net::{Link, LinkSettings, Ops};
+use wasm_cni_sdk::plugin;
 use wasm_cni_sdk::{CniError, CniResult, Host, Plugin, Request};
 
 use crate::conf::{self, Conf};
@@ -62,12 +63,7 @@ impl Plugin for Tuning {
     fn add<H: Host>(host: &H, req: &Request) -> Result<CniResult, CniError> {
         let conf = conf::load(&req.config, &req.args, &req.ifname)?;
         let prev = check::require_prev_result(req.prev_result.as_ref())?;
-        let cont = host.container_netns().map_err(|e| {
-            e.into_cni(format_args!(
-                "failed to open netns {:?}",
-                req.netns.as_deref().unwrap_or("")
-            ))
-        })?;
+        let cont = plugin::open_container(host, req)?;
         let ifname = req.ifname.as_str();
 
         // Sysctls, remembering the old values to undo a failed ADD (DEL
@@ -127,11 +123,9 @@ impl Plugin for Tuning {
             );
             return forget();
         };
-        let cont = match host.container_netns() {
-            Ok(cont) => cont,
+        let Some(cont) = plugin::container_if_exists(host)? else {
             // Netns gone: nothing left to restore.
-            Err(e) if e.is_not_found() => return forget(),
-            Err(e) => return Err(e.into_cni("failed to open the container network namespace")),
+            return forget();
         };
         match cont.set_link(&req.ifname, &backup.settings()) {
             Ok(_) => forget(),
@@ -148,12 +142,7 @@ impl Plugin for Tuning {
     fn check<H: Host>(host: &H, req: &Request) -> Result<(), CniError> {
         let conf = conf::load(&req.config, &req.args, &req.ifname)?;
         check::require_prev_result(req.prev_result.as_ref())?;
-        let cont = host.container_netns().map_err(|e| {
-            e.into_cni(format_args!(
-                "failed to open netns {:?}",
-                req.netns.as_deref().unwrap_or("")
-            ))
-        })?;
+        let cont = plugin::open_container(host, req)?;
         let ifname = req.ifname.as_str();
         for (key, dotted, want) in &conf.sysctls {
             let current = cont
