@@ -42,31 +42,49 @@ impl Outcome {
     }
 }
 
-/// Run one CNI invocation.
-pub fn run(vars: Vec<(String, String)>, stdin: &mut dyn Read) -> Outcome {
+/// What the edge makes of the environment and stdin before anything runs.
+pub enum Prepared {
+    /// Answer without running a chain (VERSION, or a protocol error).
+    Reply(Outcome),
+    /// Run the chain.
+    Dispatch(Box<cni::Invocation>, Box<config::NetConf>),
+}
+
+/// Parse and validate one invocation: everything [`run`] does before it
+/// touches the machine (no file, namespace or plugin is opened), so this is
+/// the part the fuzzers drive with arbitrary input.
+pub fn prepare(vars: Vec<(String, String)>, stdin: &mut dyn Read) -> Prepared {
     let inv = match env::from_env(vars) {
         Ok(inv) => inv,
-        Err(e) => return Outcome::error(e, None),
+        Err(e) => return Prepared::Reply(Outcome::error(e, None)),
     };
     let mut input = Vec::new();
     if let Err(e) = stdin.read_to_end(&mut input) {
-        return Outcome::error(
+        return Prepared::Reply(Outcome::error(
             CniError::new(ErrorCode::Io, format!("reading stdin: {e}")),
             None,
-        );
+        ));
     }
     if inv.command == Command::Version {
         let asked = serde_json::from_slice::<serde_json::Value>(&input)
             .ok()
             .and_then(|v| v.get("cniVersion")?.as_str().map(str::to_string));
-        return Outcome::ok(version::version_reply(asked.as_deref()));
+        return Prepared::Reply(Outcome::ok(version::version_reply(asked.as_deref())));
     }
-    let conf = match config::parse(&input, inv.command) {
-        Ok(c) => c,
-        Err(e) => return Outcome::error(e, None),
+    match config::parse(&input, inv.command) {
+        Ok(c) => Prepared::Dispatch(Box::new(inv), Box::new(c)),
+        Err(e) => Prepared::Reply(Outcome::error(e, None)),
+    }
+}
+
+/// Run one CNI invocation.
+pub fn run(vars: Vec<(String, String)>, stdin: &mut dyn Read) -> Outcome {
+    let (inv, conf) = match prepare(vars, stdin) {
+        Prepared::Reply(out) => return out,
+        Prepared::Dispatch(inv, conf) => (inv, conf),
     };
     let cni_version = conf.cni_version.clone();
-    match dispatch(&inv, conf) {
+    match dispatch(&inv, *conf) {
         Ok(stdout) => Outcome::ok(stdout),
         Err(e) => Outcome::error(CniError::from(e), Some(&cni_version)),
     }

@@ -59,7 +59,7 @@ fn read_small(path: &Path) -> Result<String, String> {
 impl Host for Ctx {
     fn read_config_file(&mut self, path: String) -> wasmtime::Result<Result<String, FileError>> {
         self.charge()?;
-        if !self.config_files.iter().any(|p| *p == path) {
+        if !self.config_files.contains(&path) {
             return Ok(Err(FileError::Refused(format!(
                 "{path:?} is not a file this plugin's config names"
             ))));

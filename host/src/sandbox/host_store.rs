@@ -14,6 +14,42 @@ type R<T> = wasmtime::Result<Result<T, StoreError>>;
 /// Bounds on what a plugin can make the host keep.
 const MAX_VALUE_BYTES: usize = 64 << 10;
 const MAX_ITEMS: usize = 1 << 20;
+/// What one scope may hold in all, roughly as stored: without it, a call
+/// could write `hostCallBudget` values of 64 KiB each (650 MB by default)
+/// to the state directory. Room for a fully used /16 pool of host-local
+/// entries (about 130 bytes each) with plenty to spare.
+pub(crate) const MAX_SCOPE_BYTES: usize = 32 << 20;
+
+fn entry_bytes(key: &str, e: &Entry) -> usize {
+    key.len() + e.owner.container_id.len() + e.owner.ifname.len() + 96
+}
+
+fn value_bytes(name: &str, value: &str) -> usize {
+    name.len() + value.len() + 8
+}
+
+/// The size of a scope as [`MAX_SCOPE_BYTES`] counts it.
+fn scope_bytes(data: &ScopeData) -> usize {
+    data.entries
+        .iter()
+        .map(|(k, e)| entry_bytes(k, e))
+        .chain(data.values.iter().map(|(k, v)| value_bytes(k, v)))
+        .sum()
+}
+
+/// Account for a change of `old` to `new` bytes; refuse it (changing
+/// nothing) if the scope would outgrow [`MAX_SCOPE_BYTES`]. Shrinking is
+/// always allowed, so a full scope can still be cleaned up.
+fn account(used: &mut usize, old: usize, new: usize) -> Result<(), StoreError> {
+    let next = used.saturating_sub(old).saturating_add(new);
+    if new > old && next > MAX_SCOPE_BYTES {
+        return Err(StoreError::Refused(format!(
+            "the scope would hold more than {MAX_SCOPE_BYTES} bytes"
+        )));
+    }
+    *used = next;
+    Ok(())
+}
 
 fn refused<T>(why: impl Into<String>) -> R<T> {
     Ok(Err(StoreError::Refused(why.into())))
@@ -24,7 +60,7 @@ impl Ctx {
     /// operation the scope's data with the caller's owner and verb.
     fn with_scope<T>(
         &mut self,
-        op: impl FnOnce(&mut ScopeData, &Owner, Command) -> Result<T, StoreError>,
+        op: impl FnOnce(&mut ScopeData, &Owner, Command, &mut usize) -> Result<T, StoreError>,
     ) -> R<T> {
         self.charge()?;
         let Some(access) = &self.store else {
@@ -34,12 +70,15 @@ impl Ctx {
         let command = access.command;
         if self.txn.is_none() {
             match access.backend.begin(&access.scope) {
-                Ok(t) => self.txn = Some(t),
+                Ok(mut t) => {
+                    self.scope_bytes = scope_bytes(t.data());
+                    self.txn = Some(t);
+                }
                 Err(e) => return Ok(Err(StoreError::Io(e.to_string()))),
             }
         }
         match self.txn.as_mut() {
-            Some(txn) => Ok(op(txn.data(), &owner, command)),
+            Some(txn) => Ok(op(txn.data(), &owner, command, &mut self.scope_bytes)),
             None => refused("no transaction"),
         }
     }
@@ -63,7 +102,7 @@ fn has_owner(owner: &Owner) -> Result<(), StoreError> {
 
 impl Host for Ctx {
     fn reserve(&mut self, key: String) -> R<bool> {
-        self.with_scope(|data, owner, command| {
+        self.with_scope(|data, owner, command, used| {
             check_key(&key)?;
             has_owner(owner)?;
             if command != Command::Add {
@@ -77,20 +116,20 @@ impl Host for Ctx {
             if data.entries.len() >= MAX_ITEMS && !data.entries.contains_key(&key) {
                 return Err(StoreError::Refused("too many entries".into()));
             }
-            data.entries.insert(
-                key,
-                Entry {
-                    owner: owner.clone(),
-                    allocated_at: now_ms(),
-                    released_at: None,
-                },
-            );
+            let entry = Entry {
+                owner: owner.clone(),
+                allocated_at: now_ms(),
+                released_at: None,
+            };
+            let old = data.entries.get(&key).map_or(0, |e| entry_bytes(&key, e));
+            account(used, old, entry_bytes(&key, &entry))?;
+            data.entries.insert(key, entry);
             Ok(true)
         })
     }
 
     fn release_by_owner(&mut self) -> R<Vec<String>> {
-        self.with_scope(|data, owner, _| {
+        self.with_scope(|data, owner, _, _| {
             has_owner(owner)?;
             let now = now_ms();
             let mut released = Vec::new();
@@ -105,7 +144,7 @@ impl Host for Ctx {
     }
 
     fn release(&mut self, key: String) -> R<bool> {
-        self.with_scope(|data, _, command| {
+        self.with_scope(|data, _, command, _| {
             if command != Command::Gc {
                 return Err(StoreError::Refused(
                     "releasing another owner's entry is allowed during GC only".into(),
@@ -122,7 +161,7 @@ impl Host for Ctx {
     }
 
     fn get_by_owner(&mut self) -> R<Vec<String>> {
-        self.with_scope(|data, owner, _| {
+        self.with_scope(|data, owner, _, _| {
             Ok(data
                 .entries
                 .iter()
@@ -133,7 +172,7 @@ impl Host for Ctx {
     }
 
     fn list(&mut self) -> R<Vec<WitEntry>> {
-        self.with_scope(|data, _, _| {
+        self.with_scope(|data, _, _, _| {
             Ok(data
                 .entries
                 .iter()
@@ -151,20 +190,27 @@ impl Host for Ctx {
     }
 
     fn now(&mut self) -> wasmtime::Result<u64> {
-        self.charge()?;
-        Ok(now_ms())
+        // Read the clock under the scope's lock: a time taken before the
+        // lock could be older than a release another process commits while
+        // this one waits, making a just-released address look quarantined
+        // for negative time. (Without a store, the plain clock.)
+        Ok(match self.with_scope(|_, _, _, _| Ok(now_ms()))? {
+            Ok(t) => t,
+            Err(_) => now_ms(),
+        })
     }
 
     fn get_value(&mut self, name: String) -> R<Option<String>> {
-        self.with_scope(|data, _, _| {
+        self.with_scope(|data, _, _, _| {
             check_key(&name)?;
             Ok(data.values.get(&name).cloned())
         })
     }
 
     fn set_value(&mut self, name: String, value: Option<String>) -> R<()> {
-        self.with_scope(|data, _, _| {
+        self.with_scope(|data, _, _, used| {
             check_key(&name)?;
+            let old = data.values.get(&name).map_or(0, |v| value_bytes(&name, v));
             match value {
                 Some(v) => {
                     if v.len() > MAX_VALUE_BYTES {
@@ -175,9 +221,11 @@ impl Host for Ctx {
                     if data.values.len() >= MAX_ITEMS && !data.values.contains_key(&name) {
                         return Err(StoreError::Refused("too many values".into()));
                     }
+                    account(used, old, value_bytes(&name, &v))?;
                     data.values.insert(name, v);
                 }
                 None => {
+                    account(used, old, 0)?;
                     data.values.remove(&name);
                 }
             }

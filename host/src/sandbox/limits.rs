@@ -48,12 +48,30 @@ impl Effective {
     }
 }
 
+/// Instances, memories and tables one call may create. A component made by
+/// wit-component has a handful of each; the limits stop a hand-written one
+/// from multiplying host-side structures.
+pub const MAX_INSTANCES: usize = 64;
+pub const MAX_MEMORIES: usize = 8;
+pub const MAX_TABLES: usize = 64;
+/// Table elements (function references, 8 bytes each on the host) across
+/// every table of a call.
+pub const MAX_TABLE_ELEMENTS: usize = 1_000_000;
+
 /// Caps linear memory and remembers that it did, so the host can say
 /// "memory limit" instead of reporting the allocator's abort.
+///
+/// The cap is on the sum over every memory of the call's instance: a
+/// component may define several core memories (multi-memory, or several
+/// core modules), and a per-memory cap would let each take the whole limit.
 #[derive(Debug)]
 pub struct MemoryCap {
     pub max_bytes: usize,
     pub exceeded: Option<usize>,
+    /// Bytes held by every memory together.
+    memory_total: usize,
+    /// Elements held by every table together.
+    table_total: usize,
 }
 
 impl MemoryCap {
@@ -61,6 +79,8 @@ impl MemoryCap {
         MemoryCap {
             max_bytes: usize::try_from(max_bytes).unwrap_or(usize::MAX),
             exceeded: None,
+            memory_total: 0,
+            table_total: 0,
         }
     }
 }
@@ -68,31 +88,57 @@ impl MemoryCap {
 impl ResourceLimiter for MemoryCap {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        if desired > self.max_bytes {
-            self.exceeded = Some(desired);
+        // Creation is a grow from 0, so every memory is counted.
+        let total = self
+            .memory_total
+            .saturating_sub(current)
+            .saturating_add(desired);
+        if total > self.max_bytes {
+            self.exceeded = Some(total);
             // Trap right here rather than let the guest's allocator see a
             // failed grow: the trap names the cause, an abort would not.
             return Err(wasmtime::Error::msg(format!(
-                "memory limit of {} bytes exceeded (wanted {desired})",
+                "memory limit of {} bytes exceeded (wanted {total})",
                 self.max_bytes
             )));
         }
+        self.memory_total = total;
         Ok(true)
     }
 
     fn table_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
         // Tables hold function references; a plugin needs few. Bound them
         // so they cannot be used to eat host memory around the memory cap.
-        Ok(desired <= 100_000)
+        let total = self
+            .table_total
+            .saturating_sub(current)
+            .saturating_add(desired);
+        if total > MAX_TABLE_ELEMENTS {
+            return Ok(false);
+        }
+        self.table_total = total;
+        Ok(true)
+    }
+
+    fn instances(&self) -> usize {
+        MAX_INSTANCES
+    }
+
+    fn memories(&self) -> usize {
+        MAX_MEMORIES
+    }
+
+    fn tables(&self) -> usize {
+        MAX_TABLES
     }
 }
 
@@ -158,5 +204,27 @@ mod tests {
         assert!(cap.exceeded.is_none());
         assert!(cap.memory_growing(1 << 20, 2 << 20, None).is_err());
         assert_eq!(cap.exceeded, Some(2 << 20));
+    }
+
+    #[test]
+    fn memory_cap_is_shared_by_every_memory() {
+        // Two memories of 600 KiB each fit a 1 MiB cap one by one, not
+        // together.
+        let mut cap = MemoryCap::new(1 << 20);
+        assert!(cap.memory_growing(0, 600 << 10, None).unwrap());
+        assert!(cap.memory_growing(0, 600 << 10, None).is_err());
+        assert_eq!(cap.exceeded, Some(1200 << 10));
+        // Growing one memory counts only the difference.
+        let mut cap = MemoryCap::new(1 << 20);
+        assert!(cap.memory_growing(0, 256 << 10, None).unwrap());
+        assert!(cap.memory_growing(256 << 10, 768 << 10, None).unwrap());
+        assert!(cap.memory_growing(0, 512 << 10, None).is_err());
+    }
+
+    #[test]
+    fn table_elements_are_bounded_in_total() {
+        let mut cap = MemoryCap::new(1 << 20);
+        assert!(cap.table_growing(0, MAX_TABLE_ELEMENTS, None).unwrap());
+        assert!(!cap.table_growing(0, 1, None).unwrap());
     }
 }

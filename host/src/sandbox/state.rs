@@ -36,6 +36,8 @@ pub struct Ctx {
     pub(crate) net: Option<NetAccess>,
     /// Open on the first store call; committed only if the call succeeds.
     pub(crate) txn: Option<Box<dyn Txn>>,
+    /// Size of the transaction's scope, as `host_store` bounds it.
+    pub(crate) scope_bytes: usize,
     /// Files the call's config lets the plugin read (`files` import).
     pub(crate) config_files: Vec<String>,
 }
@@ -53,9 +55,10 @@ impl Ctx {
             store,
             net,
             txn: None,
+            scope_bytes: 0,
             config_files: Vec::new(),
             table: ResourceTable::new(),
-            wasi: WasiCtx::builder().build(),
+            wasi: deny_all_wasi(),
             memory,
             plugin: plugin.to_string(),
             host_calls_left: host_call_budget,
@@ -74,6 +77,20 @@ impl Ctx {
         self.host_calls_left -= 1;
         Ok(())
     }
+}
+
+/// WASI with nothing in it. The builder's defaults already grant nothing;
+/// saying so here keeps it that way if a default changes: no preopened
+/// directory (so no path can be named), no environment, no arguments,
+/// closed stdio, no socket of any kind and no name lookup (socket creation
+/// itself is refused, so the host opens no descriptor for a plugin).
+fn deny_all_wasi() -> WasiCtx {
+    let mut b = WasiCtx::builder();
+    b.allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false)
+        .socket_addr_check(|_, _| Box::pin(async { false }));
+    b.build()
 }
 
 impl WasiView for Ctx {

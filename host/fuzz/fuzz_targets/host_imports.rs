@@ -1,0 +1,413 @@
+//! The host's import functions, called with arbitrary arguments in
+//! arbitrary order, as a hostile component could (and some no component
+//! could: forged handle indices), against the in-memory backends of
+//! `sandbox::harness`; then the policy layer (`policy::Grants`) alone with
+//! arbitrary grants and requests.
+//!
+//! Properties: no panic; after every call nothing that is not the
+//! attachment's has changed (links, addresses, routes, sysctls of others;
+//! every new link is recorded as the attachment's); after the call ends
+//! (committed or not), other scopes of the store are untouched and another
+//! attachment's live entries are released only by GC. For `Grants`: what
+//! it allows stays inside `net.` and inside the attachment.
+
+#![no_main]
+
+use arbitrary::Arbitrary;
+use libfuzzer_sys::fuzz_target;
+use wasm_cni::cni::Command;
+use wasm_cni::sandbox::harness::{Handle, Import, ImportHarness, RouteArgs};
+use wasm_cni::sandbox::policy::{Grants, Side};
+
+/// Link names: the scene's (see `sandbox::harness`), a few fresh ones, or
+/// anything.
+#[derive(Arbitrary, Debug)]
+enum Name {
+    Eth0,
+    Lo,
+    Other0,
+    Other1,
+    Uplink,
+    Veth9,
+    Eth9,
+    Cni0,
+    Fresh(u8),
+    Raw(String),
+}
+
+impl Name {
+    fn get(&self) -> String {
+        match self {
+            Name::Eth0 => "eth0".into(),
+            Name::Lo => "lo".into(),
+            Name::Other0 => "other0".into(),
+            Name::Other1 => "other1".into(),
+            Name::Uplink => "uplink".into(),
+            Name::Veth9 => "veth9".into(),
+            Name::Eth9 => "eth9".into(),
+            Name::Cni0 => "cni0".into(),
+            Name::Fresh(n) => format!("vfz{}", n % 4),
+            Name::Raw(s) => s.clone(),
+        }
+    }
+}
+
+const SETTINGS: &[&str] = &[
+    "forwarding",
+    "rp_filter",
+    "proxy_arp",
+    "accept_ra",
+    "arp_notify",
+    "disable_ipv6",
+];
+const GLOBAL_KEYS: &[&str] = &[
+    "net.ipv4.ip_forward",
+    "net.ipv6.conf.all.forwarding",
+    "net.core.somaxconn",
+    "kernel.hostname",
+];
+
+#[derive(Arbitrary, Debug)]
+enum Key {
+    Global(u8),
+    /// `net.ipv{4,6}.{conf,neigh}.<iface>.<setting>`
+    Iface(bool, bool, IfaceName, u8),
+    Raw(String),
+}
+
+#[derive(Arbitrary, Debug)]
+enum IfaceName {
+    Link(Name),
+    All,
+    Default,
+}
+
+impl Key {
+    fn get(&self) -> String {
+        match self {
+            Key::Global(i) => GLOBAL_KEYS[*i as usize % GLOBAL_KEYS.len()].into(),
+            Key::Iface(v6, neigh, iface, s) => {
+                let iface = match iface {
+                    IfaceName::Link(n) => n.get(),
+                    IfaceName::All => "all".into(),
+                    IfaceName::Default => "default".into(),
+                };
+                format!(
+                    "net.ipv{}.{}.{iface}.{}",
+                    if *v6 { 6 } else { 4 },
+                    if *neigh { "neigh" } else { "conf" },
+                    SETTINGS[*s as usize % SETTINGS.len()]
+                )
+            }
+            Key::Raw(s) => s.clone(),
+        }
+    }
+}
+
+const CIDRS: &[&str] = &[
+    "10.1.0.2/24",
+    "10.9.0.9/24",
+    "192.0.2.10/24",
+    "192.0.2.0/24",
+    "0.0.0.0/0",
+    "fd00::2/64",
+    "::/0",
+];
+const IPS: &[&str] = &["10.1.0.1", "192.0.2.1", "10.9.0.1", "fd00::1"];
+
+#[derive(Arbitrary, Debug)]
+enum Text {
+    Cidr(u8),
+    Ip(u8),
+    Raw(String),
+}
+
+impl Text {
+    fn get(&self) -> String {
+        match self {
+            Text::Cidr(i) => CIDRS[*i as usize % CIDRS.len()].into(),
+            Text::Ip(i) => IPS[*i as usize % IPS.len()].into(),
+            Text::Raw(s) => s.clone(),
+        }
+    }
+}
+
+/// Store keys: the seeded ones of this scope and of others, or anything.
+#[derive(Arbitrary, Debug)]
+enum StoreKey {
+    Seeded(u8),
+    Raw(String),
+}
+
+impl StoreKey {
+    fn get(&self) -> String {
+        const K: &[&str] = &["10.1.0.2", "10.1.0.3", "10.2.0.2", "10.3.0.2", "last"];
+        match self {
+            StoreKey::Seeded(i) => K[*i as usize % K.len()].into(),
+            StoreKey::Raw(s) => s.clone(),
+        }
+    }
+}
+
+#[derive(Arbitrary, Debug)]
+enum H {
+    Issued(u8),
+    Forged(u32),
+}
+
+impl H {
+    fn get(&self) -> Handle {
+        match self {
+            H::Issued(i) => Handle::Issued(*i as usize),
+            H::Forged(r) => Handle::Forged(*r),
+        }
+    }
+}
+
+#[derive(Arbitrary, Debug)]
+struct Route {
+    dst: Text,
+    gw: Option<Text>,
+    dev: Option<Name>,
+    src: Option<Text>,
+    mtu: Option<u32>,
+    priority: Option<u32>,
+    table: Option<u32>,
+    scope: Option<u8>,
+}
+
+impl Route {
+    fn get(&self) -> RouteArgs {
+        RouteArgs {
+            dst: self.dst.get(),
+            gw: self.gw.as_ref().map(Text::get),
+            dev: self.dev.as_ref().map(Name::get),
+            src: self.src.as_ref().map(Text::get),
+            mtu: self.mtu,
+            advmss: None,
+            priority: self.priority,
+            table: self.table,
+            scope: self.scope,
+        }
+    }
+}
+
+#[derive(Arbitrary, Debug)]
+enum Op {
+    Log(u8, String),
+    ContainerNetns,
+    NodeNetns,
+    Drop(H),
+    Veth(H, Name, Name, H, Option<u32>, Option<String>),
+    Bridge(H, Name, Option<u32>),
+    Macvlan(H, Name, Name, u8, Option<u32>, H, bool),
+    Tap(H, Name, Option<u32>, bool, Option<u32>),
+    LinkByName(H, Name),
+    LinkByIndex(H, u32),
+    ListLinks(H),
+    SetLink(
+        H,
+        Name,
+        Option<bool>,
+        Option<u32>,
+        Option<String>,
+        Option<Name>,
+        Option<bool>,
+        Option<bool>,
+    ),
+    Delete(H, Name),
+    AddAddress(H, Name, Text),
+    DelAddress(H, Name, Text),
+    ListAddresses(H, Name),
+    AddRoute(H, Route),
+    DelRoute(H, Route),
+    ListRoutes(H, Name, Option<u32>),
+    GetSysctl(H, Key),
+    SetSysctl(H, Key, String),
+    Reserve(StoreKey),
+    ReleaseByOwner,
+    Release(StoreKey),
+    GetByOwner,
+    List,
+    Now,
+    GetValue(StoreKey),
+    SetValue(StoreKey, Option<String>),
+    ReadFile(String),
+    Ipam(u8),
+}
+
+impl Op {
+    fn import(&self) -> Import {
+        match self {
+            Op::Log(l, m) => Import::Log(*l, m.clone()),
+            Op::ContainerNetns => Import::ContainerNetns,
+            Op::NodeNetns => Import::NodeNetns,
+            Op::Drop(h) => Import::DropNetns(h.get()),
+            Op::Veth(ns, name, peer, peer_ns, mtu, mac) => Import::CreateVeth {
+                ns: ns.get(),
+                name: name.get(),
+                peer: peer.get(),
+                peer_ns: peer_ns.get(),
+                mtu: *mtu,
+                mac: mac.clone(),
+            },
+            Op::Bridge(ns, name, mtu) => Import::EnsureBridge {
+                ns: ns.get(),
+                name: name.get(),
+                mtu: *mtu,
+            },
+            Op::Macvlan(ns, name, master, mode, mtu, target, tap) => Import::CreateMacvlan {
+                ns: ns.get(),
+                name: name.get(),
+                master: master.get(),
+                mode: *mode,
+                mtu: *mtu,
+                mac: None,
+                target: target.get(),
+                tap: *tap,
+            },
+            Op::Tap(ns, name, mtu, multi_queue, owner) => Import::CreateTap {
+                ns: ns.get(),
+                name: name.get(),
+                mtu: *mtu,
+                mac: None,
+                multi_queue: *multi_queue,
+                owner: *owner,
+                group: None,
+            },
+            Op::LinkByName(ns, n) => Import::LinkByName(ns.get(), n.get()),
+            Op::LinkByIndex(ns, i) => Import::LinkByIndex(ns.get(), *i),
+            Op::ListLinks(ns) => Import::ListLinks(ns.get()),
+            Op::SetLink(ns, name, up, mtu, mac, master, promisc, hairpin) => Import::SetLink {
+                ns: ns.get(),
+                name: name.get(),
+                up: *up,
+                mtu: *mtu,
+                mac: mac.clone(),
+                master: master.as_ref().map(Name::get),
+                promisc: *promisc,
+                allmulti: None,
+                txqlen: None,
+                hairpin: *hairpin,
+            },
+            Op::Delete(ns, n) => Import::DeleteLink(ns.get(), n.get()),
+            Op::AddAddress(ns, l, c) => Import::AddAddress(ns.get(), l.get(), c.get()),
+            Op::DelAddress(ns, l, c) => Import::DelAddress(ns.get(), l.get(), c.get()),
+            Op::ListAddresses(ns, l) => Import::ListAddresses(ns.get(), l.get()),
+            Op::AddRoute(ns, r) => Import::AddRoute(ns.get(), r.get()),
+            Op::DelRoute(ns, r) => Import::DelRoute(ns.get(), r.get()),
+            Op::ListRoutes(ns, l, t) => Import::ListRoutes(ns.get(), l.get(), *t),
+            Op::GetSysctl(ns, k) => Import::GetSysctl(ns.get(), k.get()),
+            Op::SetSysctl(ns, k, v) => Import::SetSysctl(ns.get(), k.get(), v.clone()),
+            Op::Reserve(k) => Import::Reserve(k.get()),
+            Op::ReleaseByOwner => Import::ReleaseByOwner,
+            Op::Release(k) => Import::Release(k.get()),
+            Op::GetByOwner => Import::GetByOwner,
+            Op::List => Import::ListEntries,
+            Op::Now => Import::Now,
+            Op::GetValue(k) => Import::GetValue(k.get()),
+            Op::SetValue(k, v) => Import::SetValue(k.get(), v.clone()),
+            Op::ReadFile(p) => Import::ReadConfigFile(p.clone()),
+            Op::Ipam(o) => Import::Ipam(*o),
+        }
+    }
+}
+
+/// A direct question to the policy layer.
+#[derive(Arbitrary, Debug)]
+struct PolicyCase {
+    ifname: Name,
+    config_named: Vec<Name>,
+    created_node: Vec<Name>,
+    created_container: Vec<Name>,
+    node: bool,
+    key: Key,
+    write: bool,
+}
+
+#[derive(Arbitrary, Debug)]
+struct Input {
+    command: u8,
+    budget: u8,
+    commit: bool,
+    ops: Vec<Op>,
+    policy: Vec<PolicyCase>,
+}
+
+const COMMANDS: [Command; 5] = [
+    Command::Add,
+    Command::Del,
+    Command::Check,
+    Command::Status,
+    Command::Gc,
+];
+
+fn check_policy(c: &PolicyCase) {
+    let g = Grants {
+        ifname: c.ifname.get(),
+        config_named: c.config_named.iter().map(Name::get).collect(),
+        created_node: c.created_node.iter().map(Name::get).collect(),
+        created_container: c.created_container.iter().map(Name::get).collect(),
+    };
+    let side = if c.node { Side::Node } else { Side::Container };
+    let key = c.key.get();
+    if g.sysctl(side, &key, c.write).is_err() {
+        return;
+    }
+    assert!(key.starts_with("net.") && !key.contains(".."), "{key}");
+    if !c.write {
+        return;
+    }
+    // A per-interface key names a link the plugin may change (or, in the
+    // container, every link: the namespace is the attachment's own); in the
+    // node only the two forwarding switches are global.
+    for prefix in [
+        "net.ipv4.conf.",
+        "net.ipv6.conf.",
+        "net.ipv4.neigh.",
+        "net.ipv6.neigh.",
+    ] {
+        if let Some(rest) = key.strip_prefix(prefix) {
+            let (iface, _) = rest.rsplit_once('.').expect("a setting");
+            let forwarding = key == "net.ipv4.ip_forward" || key == "net.ipv6.conf.all.forwarding";
+            match side {
+                Side::Node => assert!(
+                    forwarding || g.change(side, iface).is_ok(),
+                    "node {key} allowed"
+                ),
+                Side::Container => assert!(
+                    matches!(iface, "all" | "default") || g.change(side, iface).is_ok(),
+                    "container {key} allowed"
+                ),
+            }
+            return;
+        }
+    }
+    if side == Side::Node {
+        assert!(
+            key == "net.ipv4.ip_forward" || key == "net.ipv6.conf.all.forwarding",
+            "{key}"
+        );
+    }
+}
+
+fuzz_target!(|input: Input| {
+    let command = COMMANDS[input.command as usize % COMMANDS.len()];
+    let budget = u64::from(input.budget) + 1;
+    let mut h = ImportHarness::new(command, budget).expect("the scene");
+    for op in &input.ops {
+        let import = op.import();
+        // A trap ends a real call; the harness carries on to make sure the
+        // host stays consistent anyway.
+        let _ = h.call(import);
+        if let Err(why) = h.check() {
+            panic!("after {op:?}: {why}");
+        }
+    }
+    if let Err(why) = h.finish(input.commit) {
+        panic!("{why}");
+    }
+    for case in &input.policy {
+        check_policy(case);
+    }
+});

@@ -1,0 +1,786 @@
+//! The host side of a plugin call without a plugin: every import a component
+//! can reach, called directly with whatever arguments the caller chooses,
+//! against the in-memory backends. The fuzzers (`host/fuzz`) feed it
+//! arbitrary sequences of calls and then ask [`ImportHarness::check`] and
+//! [`ImportHarness::finish`] whether the policy held: nothing that does not
+//! belong to the attachment changed, in either namespace or in the store.
+//!
+//! The scene: a node namespace with `lo`, a foreign veth pair
+//! `other0`/`other1`, an `uplink` carrying the default route, and the
+//! host-side end `veth9` of another attachment; a container namespace with
+//! `lo` and that other attachment's `eth9`. The call is for attachment
+//! (`fuzz-cid`, `eth0`) of network `fuzznet` by plugin `fx`, whose config
+//! names the bridge `cni0`. Its store scope already holds another
+//! attachment's live and released entries, and two other scopes exist (the
+//! same plugin on another network, another plugin on this one).
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use wasmtime::component::Resource;
+
+use super::bindings::cni::plugin::files::Host as FilesHost;
+use super::bindings::cni::plugin::ipam::Host as IpamHost;
+use super::bindings::cni::plugin::log::{Host as LogHost, Level};
+use super::bindings::cni::plugin::network::{
+    Address, Host as NetworkHost, HostNetns, LinkSettings, MacvlanMode, RouteSpec,
+};
+use super::bindings::cni::plugin::store::Host as StoreHost;
+use super::host_network::NetnsHandle;
+use super::limits::MemoryCap;
+use super::state::Ctx;
+use super::{CniResultWit, CreatedLinks, IpamOp, NetAccess, Services, StoreAccess};
+use crate::cni::{CniError, Command, ErrorCode};
+use crate::net::{IpNet, LinkInfo, MemoryNet, Net, NsId, NsRef, Route};
+use crate::store::{Entry, MemoryStore, Owner, Scope, ScopeData, StateStore};
+
+const CONTAINER: &str = "/run/netns/fuzz-ctr";
+const NETWORK: &str = "fuzznet";
+const PLUGIN: &str = "fx";
+/// The one file the call's config names (`ipam.resolvConf`); it does not
+/// exist, so reading it is an I/O error, but it is not refused.
+const CONFIG_FILE: &str = "/nonexistent/wasm-cni-harness/resolv.conf";
+
+/// Links that belong to someone else, per side.
+const FOREIGN_NODE: &[&str] = &["lo", "other0", "other1", "uplink", "veth9"];
+const FOREIGN_CONTAINER: &[&str] = &["eth9"];
+/// Sysctls no call may change: another link's, and node-wide ones outside
+/// the forwarding switches (which also set every link's forwarding key, so
+/// per-link `forwarding` keys are not listed).
+const NODE_SYSCTLS: &[&str] = &[
+    "net.ipv4.conf.other0.rp_filter",
+    "net.ipv4.conf.uplink.proxy_arp",
+    "net.ipv6.conf.other0.accept_ra",
+    "net.ipv4.conf.all.rp_filter",
+    "net.ipv4.conf.default.proxy_arp",
+    "net.ipv6.conf.default.disable_ipv6",
+];
+const CONTAINER_SYSCTLS: &[&str] = &["net.ipv4.conf.eth9.rp_filter"];
+
+/// A namespace handle argument: one the harness was given by
+/// `container-netns`/`node-netns` (by position, modulo how many), or a raw
+/// table index no call returned (the canonical ABI makes that impossible
+/// for a real component; the host must still not misbehave).
+#[derive(Debug, Clone, Copy)]
+pub enum Handle {
+    Issued(usize),
+    Forged(u32),
+}
+
+/// One import call with its arguments.
+#[derive(Debug, Clone)]
+pub enum Import {
+    Log(u8, String),
+    ContainerNetns,
+    NodeNetns,
+    DropNetns(Handle),
+    CreateVeth {
+        ns: Handle,
+        name: String,
+        peer: String,
+        peer_ns: Handle,
+        mtu: Option<u32>,
+        mac: Option<String>,
+    },
+    EnsureBridge {
+        ns: Handle,
+        name: String,
+        mtu: Option<u32>,
+    },
+    CreateMacvlan {
+        ns: Handle,
+        name: String,
+        master: String,
+        mode: u8,
+        mtu: Option<u32>,
+        mac: Option<String>,
+        target: Handle,
+        tap: bool,
+    },
+    CreateTap {
+        ns: Handle,
+        name: String,
+        mtu: Option<u32>,
+        mac: Option<String>,
+        multi_queue: bool,
+        owner: Option<u32>,
+        group: Option<u32>,
+    },
+    LinkByName(Handle, String),
+    LinkByIndex(Handle, u32),
+    ListLinks(Handle),
+    SetLink {
+        ns: Handle,
+        name: String,
+        up: Option<bool>,
+        mtu: Option<u32>,
+        mac: Option<String>,
+        master: Option<String>,
+        promisc: Option<bool>,
+        allmulti: Option<bool>,
+        txqlen: Option<u32>,
+        hairpin: Option<bool>,
+    },
+    DeleteLink(Handle, String),
+    AddAddress(Handle, String, String),
+    DelAddress(Handle, String, String),
+    ListAddresses(Handle, String),
+    AddRoute(Handle, RouteArgs),
+    DelRoute(Handle, RouteArgs),
+    ListRoutes(Handle, String, Option<u32>),
+    GetSysctl(Handle, String),
+    SetSysctl(Handle, String, String),
+    Reserve(String),
+    ReleaseByOwner,
+    Release(String),
+    GetByOwner,
+    ListEntries,
+    Now,
+    GetValue(String),
+    SetValue(String, Option<String>),
+    ReadConfigFile(String),
+    Ipam(u8),
+}
+
+/// `route-spec` fields.
+#[derive(Debug, Clone, Default)]
+pub struct RouteArgs {
+    pub dst: String,
+    pub gw: Option<String>,
+    pub dev: Option<String>,
+    pub src: Option<String>,
+    pub mtu: Option<u32>,
+    pub advmss: Option<u32>,
+    pub priority: Option<u32>,
+    pub table: Option<u32>,
+    pub scope: Option<u8>,
+}
+
+impl RouteArgs {
+    fn to_wit(&self) -> RouteSpec {
+        RouteSpec {
+            dst: self.dst.clone(),
+            gw: self.gw.clone(),
+            dev: self.dev.clone(),
+            src: self.src.clone(),
+            mtu: self.mtu,
+            advmss: self.advmss,
+            priority: self.priority,
+            table: self.table,
+            scope: self.scope,
+        }
+    }
+}
+
+struct HarnessServices {
+    store: StoreAccess,
+    net: NetAccess,
+}
+
+impl Services for HarnessServices {
+    fn ipam(&self, op: IpamOp) -> Result<Option<CniResultWit>, CniError> {
+        Err(CniError::new(
+            ErrorCode::InvalidConfig,
+            format!("no IPAM delegate in the harness ({op:?})"),
+        ))
+    }
+    fn store(&self) -> Option<StoreAccess> {
+        Some(self.store.clone())
+    }
+    fn net(&self) -> Option<NetAccess> {
+        Some(self.net.clone())
+    }
+}
+
+/// What must not change, captured after setting the scene.
+#[derive(Debug, PartialEq, Eq)]
+struct Protected {
+    links: Vec<(String, LinkInfo, Vec<IpNet>, Vec<Route>)>,
+    sysctls: Vec<(String, String)>,
+}
+
+pub struct ImportHarness {
+    ctx: Ctx,
+    net: Arc<Mutex<Box<dyn Net>>>,
+    store: Arc<MemoryStore>,
+    created: Arc<Mutex<CreatedLinks>>,
+    node: NsId,
+    container: NsId,
+    command: Command,
+    owner: Owner,
+    /// Table indices `container-netns`/`node-netns` returned.
+    handles: Vec<u32>,
+    protected: Protected,
+    /// Every scope and its data before the call.
+    scopes_before: Vec<(Scope, ScopeData)>,
+}
+
+fn other_owner() -> Owner {
+    Owner {
+        container_id: "other-cid".into(),
+        ifname: "eth9".into(),
+    }
+}
+
+fn scope(network: &str, plugin: &str) -> Scope {
+    Scope {
+        network: network.into(),
+        plugin: plugin.into(),
+        data_dir: None,
+    }
+}
+
+fn seeded(prefix: &str) -> ScopeData {
+    let mut d = ScopeData::default();
+    d.entries.insert(
+        format!("{prefix}.2"),
+        Entry {
+            owner: other_owner(),
+            allocated_at: 1,
+            released_at: None,
+        },
+    );
+    d.entries.insert(
+        format!("{prefix}.3"),
+        Entry {
+            owner: other_owner(),
+            allocated_at: 1,
+            released_at: Some(2),
+        },
+    );
+    d.values.insert("last".into(), format!("{prefix}.2"));
+    d
+}
+
+/// Name a setup step in its error.
+fn e<E: std::fmt::Display>(what: &str) -> impl Fn(E) -> String + '_ {
+    move |err| format!("harness setup: {what}: {err}")
+}
+
+fn setup_net() -> Result<(MemoryNet, NsId, NsId), String> {
+    let mut net = MemoryNet::new();
+    let ctr = net.add_namespace(CONTAINER);
+    let node = net.open(NsRef::Current).map_err(e("node"))?;
+    net.create_veth(node, "other0", "other1", node, None, None)
+        .map_err(e("other0"))?;
+    net.create_tap(node, "uplink", None, None, false, None, None)
+        .map_err(e("uplink"))?;
+    let up = crate::net::LinkChange {
+        up: Some(true),
+        ..Default::default()
+    };
+    net.set_link(node, "uplink", &up).map_err(e("uplink up"))?;
+    let addr: IpNet = "192.0.2.10/24".parse().map_err(e("address"))?;
+    net.add_address(node, "uplink", &addr)
+        .map_err(e("uplink address"))?;
+    let default = Route {
+        gw: Some("192.0.2.1".parse().map_err(e("gateway"))?),
+        dev: Some("uplink".into()),
+        ..Route::to("0.0.0.0/0".parse().map_err(e("route"))?)
+    };
+    // Taps have no carrier, so the model may refuse a gateway route; the
+    // default route is then simply absent, which changes nothing below.
+    let _ = net.add_route(node, &default);
+    net.create_veth(ctr, "eth9", "veth9", node, None, None)
+        .map_err(e("eth9"))?;
+    net.set_link(ctr, "eth9", &up).map_err(e("eth9 up"))?;
+    let addr: IpNet = "10.9.0.9/24".parse().map_err(e("address"))?;
+    net.add_address(ctr, "eth9", &addr)
+        .map_err(e("eth9 address"))?;
+    Ok((net, node, ctr))
+}
+
+impl ImportHarness {
+    /// A call for `command` with `host_call_budget` imports.
+    pub fn new(command: Command, host_call_budget: u64) -> Result<Self, String> {
+        let (memory_net, node, container) = setup_net()?;
+        let net: Arc<Mutex<Box<dyn Net>>> = Arc::new(Mutex::new(Box::new(memory_net)));
+        let store = Arc::new(MemoryStore::default());
+        let mut scopes_before = Vec::new();
+        for (s, prefix) in [
+            (scope(NETWORK, PLUGIN), "10.1.0"),
+            (scope("othernet", PLUGIN), "10.2.0"),
+            (scope(NETWORK, "host-local"), "10.3.0"),
+        ] {
+            let mut t = store.begin(&s).map_err(|e| e.to_string())?;
+            *t.data() = seeded(prefix);
+            t.commit().map_err(|e| e.to_string())?;
+            scopes_before.push((s, seeded(prefix)));
+        }
+        let attachment = matches!(command, Command::Add | Command::Del | Command::Check);
+        let owner = if attachment {
+            Owner {
+                container_id: "fuzz-cid".into(),
+                ifname: "eth0".into(),
+            }
+        } else {
+            Owner {
+                container_id: String::new(),
+                ifname: String::new(),
+            }
+        };
+        let created = Arc::new(Mutex::new(CreatedLinks::default()));
+        let services = HarnessServices {
+            store: StoreAccess {
+                backend: store.clone(),
+                scope: scope(NETWORK, PLUGIN),
+                owner: owner.clone(),
+                command,
+            },
+            net: NetAccess {
+                backend: net.clone(),
+                container_path: Some(PathBuf::from(CONTAINER)),
+                ifname: "eth0".into(),
+                config_named: BTreeSet::from(["cni0".to_string()]),
+                default_master: true,
+                created: created.clone(),
+            },
+        };
+        let mut ctx = Ctx::new(
+            PLUGIN,
+            MemoryCap::new(1 << 20),
+            host_call_budget,
+            Arc::new(services),
+        );
+        ctx.config_files = vec![CONFIG_FILE.to_string()];
+        let mut h = ImportHarness {
+            ctx,
+            net,
+            store,
+            created,
+            node,
+            container,
+            command,
+            owner,
+            handles: Vec::new(),
+            protected: Protected {
+                links: Vec::new(),
+                sysctls: Vec::new(),
+            },
+            scopes_before,
+        };
+        h.protected = h.protected_now()?;
+        Ok(h)
+    }
+
+    fn protected_now(&self) -> Result<Protected, String> {
+        let mut net = self.net.lock().map_err(|_| "poisoned".to_string())?;
+        let mut links = Vec::new();
+        for (ns, names) in [
+            (self.node, FOREIGN_NODE),
+            (self.container, FOREIGN_CONTAINER),
+        ] {
+            for name in names {
+                let info = net
+                    .link_by_name(ns, name)
+                    .map_err(|e| format!("{name}: {e}"))?;
+                let addrs = net
+                    .addresses(ns, name)
+                    .map_err(|e| format!("{name}: {e}"))?;
+                let routes = net
+                    .routes(ns, name, None)
+                    .map_err(|e| format!("{name}: {e}"))?;
+                links.push((name.to_string(), info, addrs, routes));
+            }
+        }
+        let mut sysctls = Vec::new();
+        for (ns, keys) in [
+            (self.node, NODE_SYSCTLS),
+            (self.container, CONTAINER_SYSCTLS),
+        ] {
+            for key in keys {
+                let v = net.sysctl_get(ns, key).map_err(|e| format!("{key}: {e}"))?;
+                sysctls.push((key.to_string(), v));
+            }
+        }
+        Ok(Protected { links, sysctls })
+    }
+
+    fn handle(&self, h: Handle) -> u32 {
+        match h {
+            Handle::Issued(i) if !self.handles.is_empty() => self.handles[i % self.handles.len()],
+            // Nothing issued yet: an index that was never handed out.
+            Handle::Issued(i) => 1_000 + (i % 1_000) as u32,
+            Handle::Forged(rep) => rep,
+        }
+    }
+
+    fn ns(&self, h: Handle) -> Resource<NetnsHandle> {
+        Resource::new_borrow(self.handle(h))
+    }
+
+    /// Make one import call. `Ok` carries the answer the plugin would get
+    /// (a WIT value, possibly an error variant), `Err` the trap it would
+    /// suffer.
+    pub fn call(&mut self, import: Import) -> Result<String, String> {
+        let c = &mut self.ctx;
+        let out: wasmtime::Result<String> = match import {
+            Import::Log(level, msg) => {
+                let level = match level % 4 {
+                    0 => Level::Error,
+                    1 => Level::Warn,
+                    2 => Level::Info,
+                    _ => Level::Debug,
+                };
+                LogHost::log(c, level, msg).map(|()| "logged".into())
+            }
+            Import::ContainerNetns | Import::NodeNetns => {
+                let r = if matches!(import, Import::ContainerNetns) {
+                    NetworkHost::container_netns(c)
+                } else {
+                    NetworkHost::node_netns(c)
+                };
+                match r {
+                    Ok(Ok(res)) => {
+                        let rep = res.rep();
+                        self.handles.push(rep);
+                        Ok(format!("handle {rep}"))
+                    }
+                    Ok(Err(e)) => Ok(format!("{e:?}")),
+                    Err(e) => Err(e),
+                }
+            }
+            Import::DropNetns(h) => {
+                let rep = self.handle(h);
+                self.handles.retain(|r| *r != rep);
+                HostNetns::drop(&mut self.ctx, Resource::new_own(rep)).map(|()| "dropped".into())
+            }
+            Import::CreateVeth {
+                ns,
+                name,
+                peer,
+                peer_ns,
+                mtu,
+                mac,
+            } => {
+                let (a, b) = (self.ns(ns), self.ns(peer_ns));
+                HostNetns::create_veth(&mut self.ctx, a, name, peer, b, mtu, mac)
+                    .map(|r| format!("{r:?}"))
+            }
+            Import::EnsureBridge { ns, name, mtu } => {
+                let a = self.ns(ns);
+                HostNetns::ensure_bridge(&mut self.ctx, a, name, mtu).map(|r| format!("{r:?}"))
+            }
+            Import::CreateMacvlan {
+                ns,
+                name,
+                master,
+                mode,
+                mtu,
+                mac,
+                target,
+                tap,
+            } => {
+                let (a, t) = (self.ns(ns), self.ns(target));
+                let mode = match mode % 4 {
+                    0 => MacvlanMode::Bridge,
+                    1 => MacvlanMode::Private,
+                    2 => MacvlanMode::Vepa,
+                    _ => MacvlanMode::Passthru,
+                };
+                let r = if tap {
+                    HostNetns::create_macvtap(&mut self.ctx, a, name, master, mode, mtu, mac, t)
+                } else {
+                    HostNetns::create_macvlan(&mut self.ctx, a, name, master, mode, mtu, mac, t)
+                };
+                r.map(|r| format!("{r:?}"))
+            }
+            Import::CreateTap {
+                ns,
+                name,
+                mtu,
+                mac,
+                multi_queue,
+                owner,
+                group,
+            } => {
+                let a = self.ns(ns);
+                HostNetns::create_tap(&mut self.ctx, a, name, mtu, mac, multi_queue, owner, group)
+                    .map(|r| format!("{r:?}"))
+            }
+            Import::LinkByName(ns, name) => {
+                let a = self.ns(ns);
+                HostNetns::link_by_name(&mut self.ctx, a, name).map(|r| format!("{r:?}"))
+            }
+            Import::LinkByIndex(ns, index) => {
+                let a = self.ns(ns);
+                HostNetns::link_by_index(&mut self.ctx, a, index).map(|r| format!("{r:?}"))
+            }
+            Import::ListLinks(ns) => {
+                let a = self.ns(ns);
+                HostNetns::list_links(&mut self.ctx, a).map(|r| format!("{r:?}"))
+            }
+            Import::SetLink {
+                ns,
+                name,
+                up,
+                mtu,
+                mac,
+                master,
+                promisc,
+                allmulti,
+                txqlen,
+                hairpin,
+            } => {
+                let a = self.ns(ns);
+                let settings = LinkSettings {
+                    up,
+                    mtu,
+                    mac,
+                    master,
+                    promisc,
+                    allmulti,
+                    txqlen,
+                    hairpin,
+                };
+                HostNetns::set_link(&mut self.ctx, a, name, settings).map(|r| format!("{r:?}"))
+            }
+            Import::DeleteLink(ns, name) => {
+                let a = self.ns(ns);
+                HostNetns::delete_link(&mut self.ctx, a, name).map(|r| format!("{r:?}"))
+            }
+            Import::AddAddress(ns, link, cidr) => {
+                let a = self.ns(ns);
+                HostNetns::add_address(&mut self.ctx, a, link, Address { cidr })
+                    .map(|r| format!("{r:?}"))
+            }
+            Import::DelAddress(ns, link, cidr) => {
+                let a = self.ns(ns);
+                HostNetns::del_address(&mut self.ctx, a, link, Address { cidr })
+                    .map(|r| format!("{r:?}"))
+            }
+            Import::ListAddresses(ns, link) => {
+                let a = self.ns(ns);
+                HostNetns::list_addresses(&mut self.ctx, a, link).map(|r| format!("{r:?}"))
+            }
+            Import::AddRoute(ns, route) => {
+                let a = self.ns(ns);
+                HostNetns::add_route(&mut self.ctx, a, route.to_wit()).map(|r| format!("{r:?}"))
+            }
+            Import::DelRoute(ns, route) => {
+                let a = self.ns(ns);
+                HostNetns::del_route(&mut self.ctx, a, route.to_wit()).map(|r| format!("{r:?}"))
+            }
+            Import::ListRoutes(ns, link, table) => {
+                let a = self.ns(ns);
+                HostNetns::list_routes(&mut self.ctx, a, link, table).map(|r| format!("{r:?}"))
+            }
+            Import::GetSysctl(ns, key) => {
+                let a = self.ns(ns);
+                HostNetns::get_sysctl(&mut self.ctx, a, key).map(|r| format!("{r:?}"))
+            }
+            Import::SetSysctl(ns, key, value) => {
+                let a = self.ns(ns);
+                HostNetns::set_sysctl(&mut self.ctx, a, key, value).map(|r| format!("{r:?}"))
+            }
+            Import::Reserve(key) => StoreHost::reserve(c, key).map(|r| format!("{r:?}")),
+            Import::ReleaseByOwner => StoreHost::release_by_owner(c).map(|r| format!("{r:?}")),
+            Import::Release(key) => StoreHost::release(c, key).map(|r| format!("{r:?}")),
+            Import::GetByOwner => StoreHost::get_by_owner(c).map(|r| format!("{r:?}")),
+            Import::ListEntries => {
+                StoreHost::list(c).map(|r| format!("{} entries", r.map_or(0, |v| v.len())))
+            }
+            Import::Now => StoreHost::now(c).map(|r| r.to_string()),
+            Import::GetValue(name) => StoreHost::get_value(c, name).map(|r| format!("{r:?}")),
+            Import::SetValue(name, value) => {
+                StoreHost::set_value(c, name, value).map(|r| format!("{r:?}"))
+            }
+            Import::ReadConfigFile(path) => {
+                FilesHost::read_config_file(c, path).map(|r| format!("{r:?}"))
+            }
+            Import::Ipam(op) => match op % 5 {
+                0 => IpamHost::add(c).map(|r| format!("{r:?}")),
+                1 => IpamHost::del(c).map(|r| format!("{r:?}")),
+                2 => IpamHost::check(c).map(|r| format!("{r:?}")),
+                3 => IpamHost::status(c).map(|r| format!("{r:?}")),
+                _ => IpamHost::gc(c).map(|r| format!("{r:?}")),
+            },
+        };
+        out.map_err(|e| format!("{e:#}"))
+    }
+
+    /// The namespace half of the policy: links, addresses, routes and
+    /// sysctls of others are as they were, and every link now present that
+    /// was not there before is recorded as the attachment's (or is the
+    /// config's bridge).
+    pub fn check(&self) -> Result<(), String> {
+        let now = self.protected_now()?;
+        if now != self.protected {
+            return Err(format!(
+                "a foreign link or sysctl changed:\nbefore {:#?}\nafter {now:#?}",
+                self.protected
+            ));
+        }
+        let created = self
+            .created
+            .lock()
+            .map(|c| c.clone())
+            .map_err(|_| "poisoned".to_string())?;
+        let mut net = self.net.lock().map_err(|_| "poisoned".to_string())?;
+        for (ns, foreign, mine, extra) in [
+            (self.node, FOREIGN_NODE, &created.node, Some("cni0")),
+            (self.container, FOREIGN_CONTAINER, &created.container, None),
+        ] {
+            for l in net.links(ns).map_err(|e| e.to_string())? {
+                let known = l.name == "lo"
+                    || foreign.contains(&l.name.as_str())
+                    || mine.contains(&l.name)
+                    || extra == Some(l.name.as_str());
+                if !known {
+                    return Err(format!("link {} exists but is nobody's", l.name));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// End the call as the runtime does (commit only if `commit`), then
+    /// check the store half of the policy: other scopes are untouched, and
+    /// another attachment's live entries are released only by GC and never
+    /// taken over.
+    pub fn finish(mut self, commit: bool) -> Result<(), String> {
+        if let Some(txn) = self.ctx.txn.take() {
+            if commit {
+                txn.commit().map_err(|e| e.to_string())?;
+            }
+        }
+        for (s, before) in &self.scopes_before {
+            let mut t = self.store.begin(s).map_err(|e| e.to_string())?;
+            let after = t.data().clone();
+            let own = s.network == NETWORK && s.plugin == PLUGIN;
+            if !own || !commit {
+                if &after != before {
+                    return Err(format!("scope {s:?} changed: {after:?}"));
+                }
+                continue;
+            }
+            for (key, e) in &before.entries {
+                if !e.is_live() {
+                    continue;
+                }
+                let Some(now) = after.entries.get(key) else {
+                    return Err(format!("{key}: another owner's live entry vanished"));
+                };
+                let released_by_gc = self.command == Command::Gc && now.released_at.is_some();
+                if now != e && !released_by_gc {
+                    return Err(format!("{key}: another owner's live entry became {now:?}"));
+                }
+            }
+            for (key, e) in &after.entries {
+                if e.owner != self.owner && before.entries.get(key) != Some(e) {
+                    let released_by_gc = self.command == Command::Gc
+                        && before.entries.get(key).map(|b| &b.owner) == Some(&e.owner);
+                    if !released_by_gc {
+                        return Err(format!("{key}: written for {:?}", e.owner));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn veth(name: &str, peer: &str) -> Import {
+        Import::CreateVeth {
+            ns: Handle::Issued(0),
+            name: name.into(),
+            peer: peer.into(),
+            peer_ns: Handle::Issued(1),
+            mtu: None,
+            mac: None,
+        }
+    }
+
+    #[test]
+    fn the_scene_holds_and_refusals_change_nothing() {
+        let mut h = ImportHarness::new(Command::Add, 1_000).unwrap();
+        h.call(Import::ContainerNetns).unwrap();
+        h.call(Import::NodeNetns).unwrap();
+        let out = h.call(veth("eth0", "vethfz0")).unwrap();
+        assert!(out.starts_with("Ok("), "{out}");
+        for attack in [
+            Import::DeleteLink(Handle::Issued(1), "other0".into()),
+            Import::DeleteLink(Handle::Issued(1), "lo".into()),
+            Import::DeleteLink(Handle::Issued(0), "eth9".into()),
+            Import::SetSysctl(
+                Handle::Issued(1),
+                "net.ipv4.conf.other0.rp_filter".into(),
+                "0".into(),
+            ),
+            Import::SetSysctl(Handle::Issued(0), "kernel.hostname".into(), "x".into()),
+        ] {
+            let out = h.call(attack).unwrap();
+            assert!(out.starts_with("Err(NetError::Refused("), "{out}");
+        }
+        let out = h.call(Import::ListLinks(Handle::Forged(77))).unwrap_err();
+        assert!(out.contains("resource not present"), "{out}");
+        h.call(Import::Reserve("10.1.0.9".into())).unwrap();
+        h.check().unwrap();
+        h.finish(true).unwrap();
+    }
+
+    /// Found by the `host_imports` fuzzer: `ensure-bridge` in the container
+    /// created CNI_IFNAME without recording it as the attachment's (and
+    /// allowed any link the plugin could change, `lo` included).
+    #[test]
+    fn a_container_bridge_is_recorded_and_only_for_the_ifname() {
+        let mut h = ImportHarness::new(Command::Add, 100).unwrap();
+        h.call(Import::ContainerNetns).unwrap();
+        let bridge = |name: &str| Import::EnsureBridge {
+            ns: Handle::Issued(0),
+            name: name.into(),
+            mtu: None,
+        };
+        let out = h.call(bridge("eth0")).unwrap();
+        assert!(out.starts_with("Ok("), "{out}");
+        h.check().unwrap();
+        for other in ["lo", "eth1"] {
+            let out = h.call(bridge(other)).unwrap();
+            assert!(out.starts_with("Err(NetError::Refused("), "{out}");
+        }
+        h.check().unwrap();
+        h.finish(true).unwrap();
+    }
+
+    /// Without a bound on the scope, one call could make the host write
+    /// `hostCallBudget` values of 64 KiB each (650 MB by default).
+    #[test]
+    fn a_scope_cannot_outgrow_its_bound() {
+        let mut h = ImportHarness::new(Command::Add, 10_000).unwrap();
+        let big = "v".repeat(64 << 10);
+        let mut refused_at = None;
+        for i in 0..1_000 {
+            let out = h
+                .call(Import::SetValue(format!("k{i}"), Some(big.clone())))
+                .unwrap();
+            if out.contains("Refused") {
+                assert!(out.contains("more than"), "{out}");
+                refused_at = Some(i);
+                break;
+            }
+        }
+        let n = refused_at.expect("refused before 1000 values");
+        assert!(n * (64 << 10) <= super::super::host_store::MAX_SCOPE_BYTES);
+        // Shrinking is always allowed, and makes room again.
+        let out = h.call(Import::SetValue("k0".into(), None)).unwrap();
+        assert_eq!(out, "Ok(())");
+        let out = h.call(Import::SetValue("k0".into(), Some(big))).unwrap();
+        assert_eq!(out, "Ok(())");
+        h.finish(true).unwrap();
+    }
+
+    #[test]
+    fn the_budget_ends_the_call() {
+        let mut h = ImportHarness::new(Command::Add, 2).unwrap();
+        h.call(Import::Now).unwrap();
+        h.call(Import::Now).unwrap();
+        let why = h.call(Import::Now).unwrap_err();
+        assert!(why.contains("budget"), "{why}");
+        h.finish(false).unwrap();
+    }
+}
