@@ -4,9 +4,10 @@
 //! A netlink socket, a `/proc/sys/net` file and a tun device all belong to
 //! the network namespace of the thread that opened them. So for each
 //! namespace the host keeps an `O_CLOEXEC` fd, and whenever something must
-//! be opened inside it, a short-lived thread `setns`es into it, opens it and
-//! exits. The calling thread never changes namespace, so no guest code can
-//! ever run in the wrong one.
+//! be opened inside it, the calling thread `setns`es into it, opens it and
+//! `setns`es back before returning (see [`in_netns`]). Only host code runs
+//! in between, and a thread that cannot go back aborts the process, so no
+//! guest code ever runs in the wrong namespace.
 #![allow(clippy::disallowed_types, clippy::disallowed_methods)] // the one place allowed
 
 mod socket;
@@ -77,11 +78,11 @@ impl KernelNet {
         Ok(self.ns(id)?.fd.as_raw_fd())
     }
 
-    /// Run `f` on a thread inside namespace `id`.
-    fn in_ns<T: Send>(
+    /// Run `f` inside namespace `id`.
+    fn in_ns<T>(
         &mut self,
         id: NsId,
-        f: impl FnOnce() -> io::Result<T> + Send,
+        f: impl FnOnce() -> io::Result<T>,
     ) -> Result<io::Result<T>, NetError> {
         let ns = self.ns(id)?;
         Ok(in_netns(ns.fd.as_fd(), f))
@@ -617,23 +618,55 @@ impl Net for KernelNet {
     }
 }
 
-/// Run `f` on a fresh thread that first joins the network namespace `fd`.
-/// The thread, and with it the namespace switch, ends when `f` returns; what
-/// `f` opened stays bound to that namespace.
-fn in_netns<T: Send>(
-    fd: BorrowedFd<'_>,
-    f: impl FnOnce() -> io::Result<T> + Send,
-) -> io::Result<T> {
-    std::thread::scope(|s| {
-        std::thread::Builder::new()
-            .name("netns".into())
-            .spawn_scoped(s, move || {
-                move_into_link_name_space(fd, Some(LinkNameSpaceType::Network))?;
-                f()
-            })?
-            .join()
-            .unwrap_or_else(|_| Err(io::Error::other("namespace worker thread panicked")))
+/// Run `f` with the calling thread inside the network namespace `fd`, then
+/// move the thread back to its own namespace; what `f` opened stays bound to
+/// `fd`'s namespace. `f` is host code only (it opens a socket or a file), so
+/// no guest code runs while the thread is away, and if the thread cannot be
+/// moved back the process aborts rather than run anything in the wrong
+/// namespace. Not re-entrant: the thread goes back to its own namespace, not
+/// to an enclosing `in_netns`'s, so `f` must not call it (none does: each
+/// opens one socket or file).
+///
+/// This replaced a short-lived thread per call: a clone, a stack mapping and
+/// two cross-thread hand-offs each time, which on a loaded machine waited a
+/// scheduler slice apiece (about 8 per bridge ADD).
+fn in_netns<T>(fd: BorrowedFd<'_>, f: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
+    thread_local! {
+        /// The thread's own namespace. Threads only ever leave it inside
+        /// `in_netns`, which always brings them back, so it stays valid.
+        static HOME: std::cell::OnceCell<OwnedFd> = const { std::cell::OnceCell::new() };
+    }
+    HOME.with(|home| {
+        let home = match home.get() {
+            Some(h) => h,
+            None => {
+                let own = File::open("/proc/thread-self/ns/net")?;
+                home.get_or_init(|| OwnedFd::from(own))
+            }
+        };
+        move_into_link_name_space(fd, Some(LinkNameSpaceType::Network))?;
+        let back = GoBack(home.as_fd());
+        let out = f();
+        drop(back);
+        out
     })
+}
+
+/// Moves the thread back into its namespace when dropped, also when `f`
+/// panics.
+struct GoBack<'a>(BorrowedFd<'a>);
+
+impl Drop for GoBack<'_> {
+    fn drop(&mut self) {
+        if move_into_link_name_space(self.0, Some(LinkNameSpaceType::Network)).is_err() {
+            // Guest code would next run in another namespace than the one it
+            // was given: stop here instead.
+            crate::log::error(format_args!(
+                "cannot return to the host's network namespace: aborting"
+            ));
+            std::process::abort();
+        }
+    }
 }
 
 fn kerr(what: impl Display) -> impl FnOnce(NlError) -> NetError {
