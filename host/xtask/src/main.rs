@@ -48,8 +48,33 @@ enum Task {
     /// namespaces, printing each result and pinging between them.
     Demo,
     /// Everything CI runs: setup, format and lint checks, the build, the
-    /// components, and every test (unit, component, real-namespace).
+    /// components, every test (unit, component, real-namespace), then a
+    /// short fuzzing run.
     Test,
+    /// Run each cargo-fuzz target under host/fuzz for a while (installs
+    /// cargo-fuzz if missing). A crash fails the task and leaves its input
+    /// in host/fuzz/artifacts/<target>/.
+    Fuzz {
+        /// Seconds per target [default: 25, so all four take under two
+        /// minutes].
+        #[arg(long, value_name = "N")]
+        seconds: Option<u64>,
+        /// Run only these targets; repeatable.
+        #[arg(long, value_name = "NAME")]
+        target: Vec<String>,
+    },
+    /// Build the release host, the bench and every component, then run
+    /// the benchmark suite (host/bench; root, not part of `test`): wasm-cni
+    /// against the reference plugins and a raw-netlink floor. Arguments
+    /// after `--` go to the bench (`-- --help`).
+    Bench {
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "BENCH ARGS"
+        )]
+        args: Vec<String>,
+    },
 }
 
 /// An xtask failure: a message for the developer, printed once by `main`.
@@ -101,6 +126,9 @@ fn main() -> ExitCode {
         Task::Setup => setup::run(&[]),
         Task::Test => workspace_root().and_then(tasks::test),
         Task::Demo => workspace_root().and_then(tasks::demo),
+        Task::Fuzz { seconds, target } => workspace_root()
+            .and_then(|root| tasks::fuzz(root, seconds.unwrap_or(tasks::FUZZ_SECONDS), &target)),
+        Task::Bench { args } => workspace_root().and_then(|root| tasks::bench(root, &args)),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
