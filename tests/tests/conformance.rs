@@ -331,7 +331,9 @@ fn scenarios() -> Vec<Scenario> {
             name: "ptp+tuning",
             chain: vec![
                 json!({"type":"ptp","ipam":stat("10.210.4.5/24","10.210.4.1")}),
-                json!({"type":"tuning","mtu":1300,"promisc":true,"sysctl":{"net.ipv4.conf.eth0.arp_notify":"1"}}),
+                json!({"type":"tuning","mtu":1300,"promisc":true,"sysctl":{"net.ipv4.conf.eth0.arp_notify":"1"},
+                    // Backups under a fresh dir, not the reference's /run/cni/tuning.
+                    "dataDir": DATA_DIR}),
             ],
             setup: no_setup,
         },
@@ -564,12 +566,14 @@ fn mixed_chains_run_native_plugins_from_cni_path() {
     // binaries in /usr/lib/cni.
     sb.install(&plugin("ptp"), "ptp");
     let pod = Pod::new("mx");
+    // The reference tuning keeps backups here instead of /run/cni/tuning.
+    let data = wasm_cni_tests::TempDir::new("mixdata");
     let conf = sb.conf(
         "1.0.0",
         "mixnet",
         json!([
             {"type":"ptp","ipam":{"type":"static","addresses":[{"address":"10.212.0.5/24","gateway":"10.212.0.1"}]}},
-            {"type":"tuning","mtu":1280}
+            {"type":"tuning","mtu":1280,"dataDir":data.path()}
         ]),
     );
     let add = pod.run(Invocation::new("ADD"), &conf);
