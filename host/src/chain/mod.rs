@@ -161,7 +161,6 @@ impl Executor {
         partial: Option<&CniResult>,
         failed: Option<(bool, Option<String>)>,
     ) {
-        let mut order: Vec<usize> = (0..completed).rev().collect();
         if let Some((reported, ipam_held)) = &failed {
             let step = Step {
                 index: completed,
@@ -189,7 +188,7 @@ impl Executor {
                 }
             }
         }
-        for index in order.drain(..) {
+        for index in (0..completed).rev() {
             let step = Step {
                 index,
                 entry: &self.conf.chain[index],
