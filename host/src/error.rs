@@ -1,7 +1,7 @@
 //! Host errors, and the one place they become CNI error codes.
 
 use crate::cni::{CniError, ErrorCode};
-use crate::sandbox::CallError;
+use crate::sandbox::{AbortCause, CallError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {
@@ -131,6 +131,11 @@ fn call_error(e: CallError) -> CniError {
         | CallError::BadName { .. }
         | CallError::DigestMismatch { .. } => CniError::new(ErrorCode::InvalidConfig, msg),
         CallError::Read { .. } | CallError::Store { .. } => CniError::new(ErrorCode::Io, msg),
+        // Another call holds the state: the runtime may retry.
+        CallError::Aborted {
+            cause: AbortCause::StoreBusy { .. },
+            ..
+        } => CniError::new(ErrorCode::TryAgainLater, msg),
         CallError::Invalid { .. } | CallError::Aborted { .. } => {
             CniError::new(ErrorCode::Internal, msg)
         }
@@ -140,7 +145,6 @@ fn call_error(e: CallError) -> CniError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::AbortCause;
 
     #[test]
     fn plugin_errors_keep_their_code_and_gain_the_plugin_name() {
@@ -165,6 +169,20 @@ mod tests {
         assert_eq!(c.code, 999);
         assert!(c.msg.contains("\"fx\""), "{}", c.msg);
         assert!(c.msg.contains("deadline of 50 ms"), "{}", c.msg);
+    }
+
+    #[test]
+    fn a_scope_locked_past_the_deadline_is_try_again_later() {
+        let c = CniError::from(HostError::from(CallError::Aborted {
+            plugin: "host-local".into(),
+            verb: "add",
+            cause: AbortCause::StoreBusy {
+                scope: "net1/host-local".into(),
+                waited_ms: 1000,
+            },
+        }));
+        assert_eq!(c.code, 11);
+        assert!(c.msg.contains("net1/host-local"), "{}", c.msg);
     }
 
     #[test]

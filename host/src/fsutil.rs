@@ -1,9 +1,12 @@
 //! File helpers shared by the artifact cache and the state stores.
 
-use std::fs;
-use std::io::Write;
+use std::fs::{self, File};
+use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
+use std::time::{Duration, Instant};
+
+use rustix::fs::{flock, FlockOperation};
 
 /// Write via a temporary file, fsync and rename: a concurrent reader sees
 /// either no artifact or a whole one.
@@ -29,4 +32,61 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         let _ = fs::remove_file(&tmp);
     }
     result
+}
+
+/// Take an exclusive flock on `file`, waiting at most until `deadline`
+/// (forever without one). Past the deadline: `TimedOut`.
+///
+/// flock(2) cannot wait with a timeout, so a bounded wait polls the
+/// non-blocking form with a backoff from 100 µs to 5 ms: an uncontended lock
+/// costs one system call, and a waiter notices a release within 5 ms.
+pub fn lock_exclusive(file: &File, deadline: Option<Instant>) -> io::Result<()> {
+    let Some(deadline) = deadline else {
+        return flock(file, FlockOperation::LockExclusive).map_err(io::Error::from);
+    };
+    let mut pause = Duration::from_micros(100);
+    loop {
+        match flock(file, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => return Ok(()),
+            Err(e) if e == rustix::io::Errno::WOULDBLOCK || e == rustix::io::Errno::INTR => {}
+            Err(e) => return Err(e.into()),
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "still locked by another call at the deadline",
+            ));
+        }
+        std::thread::sleep(pause.min(deadline - now));
+        pause = (pause * 2).min(Duration::from_millis(5));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bounded_lock_wait_ends_at_the_deadline() {
+        let path = std::env::temp_dir().join(format!("wasm-cni-lock-{}", std::process::id()));
+        let open = || {
+            fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)
+                .unwrap()
+        };
+        let (a, b) = (open(), open());
+        lock_exclusive(&a, None).unwrap();
+        let started = Instant::now();
+        let err = lock_exclusive(&b, Some(started + Duration::from_millis(50))).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        let waited = started.elapsed();
+        assert!(waited >= Duration::from_millis(50), "{waited:?}");
+        drop(a);
+        lock_exclusive(&b, Some(Instant::now() + Duration::from_millis(50))).unwrap();
+        let _ = fs::remove_file(&path);
+    }
 }

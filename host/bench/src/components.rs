@@ -18,7 +18,7 @@ use crate::stats::{summarize, Summary};
 struct NoServices;
 
 impl Services for NoServices {
-    fn ipam(&self, _: IpamOp) -> Result<Option<CniResultWit>, CniError> {
+    fn ipam(&self, _: IpamOp, _: std::time::Instant) -> Result<Option<CniResultWit>, CniError> {
         Err(CniError::new(ErrorCode::Internal, "no IPAM in the bench"))
     }
     fn store(&self) -> Option<StoreAccess> {

@@ -5,28 +5,41 @@
 //!
 //! Unlike libcni, a failed ADD is rolled back here: every plugin that ran
 //! (including the one that failed) gets a DEL, and an IPAM allocation the
-//! failing plugin made is released even if its own DEL cannot run. The
-//! runtime's DEL after a failed ADD then finds nothing left to do.
+//! failing plugin made is released even if its own DEL cannot run; then the
+//! host deletes the links the attachment created and takes back every other
+//! change it made (`cleanup`). The runtime's DEL after a failed ADD then
+//! finds nothing left to do.
+//!
+//! Each attachment has a record (`state`), written as pending before its
+//! ADD runs a plugin and updated as links are created, so that a process
+//! killed halfway leaves DEL and GC what they need; verbs on one attachment
+//! are serialised by its lock, across processes.
 
+mod cleanup;
 mod native;
 mod services;
 
 use std::collections::BTreeSet;
+use std::io;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 use crate::cni::config::{ChainEntry, NetConf};
 use crate::cni::result::{self, CniResult};
-use crate::cni::Command;
+use crate::cni::{CniError, Command, ErrorCode};
 use crate::error::HostError;
 use crate::log;
-use crate::net::{Net, NetError, NsRef};
-use crate::sandbox::{convert, wit, Call, CallError, CreatedLinks, Limits, NetAccess, Runtime};
-use crate::state::{now_ms, AttachmentRecord, AttachmentRecords, RECORD_KIND};
+use crate::net::{IpNet, LinkId, Net};
+use crate::sandbox::policy::{ConfigGrants, Side, DEFAULT_MASTER_TYPES};
+use crate::sandbox::{
+    convert, wit, Call, CallError, CreatedLinks, Ledger, Limits, NetAccess, OnCreated, Runtime,
+};
+use crate::state::{now_ms, AttachmentRecord, AttachmentRecords, Lock, RecordedLink, RECORD_KIND};
 use crate::store::StateStore;
+use cleanup::Sides;
 use services::StepServices;
 
 /// The attachment an ADD/DEL/CHECK is about (from CNI_* variables).
@@ -44,8 +57,10 @@ pub struct Executor {
     records: Arc<dyn AttachmentRecords + Send + Sync>,
     store: Arc<dyn StateStore>,
     net: Arc<Mutex<Box<dyn Net>>>,
-    /// Links the current attachment's plugins created, across steps.
-    created: Arc<Mutex<CreatedLinks>>,
+    /// The current attachment's links, changes and addresses, across steps.
+    ledger: Arc<Mutex<Ledger>>,
+    /// During ADD: persists the created links into the pending record.
+    on_created: Mutex<Option<OnCreated>>,
     /// Where native plugins are looked for (CNI_PATH).
     cni_path: Vec<PathBuf>,
 }
@@ -71,7 +86,8 @@ impl Executor {
             records,
             store,
             net: Arc::new(Mutex::new(net)),
-            created: Arc::default(),
+            ledger: Arc::default(),
+            on_created: Mutex::new(None),
             cni_path: Vec::new(),
         }
     }
@@ -99,8 +115,13 @@ impl Executor {
     }
 
     pub fn add(&self, att: &Attachment) -> Result<CniResult, HostError> {
-        self.adopt_links(None);
+        let _lock = self.lock_attachment(att)?;
         let mut prev = self.incoming_prev()?;
+        self.begin(None);
+        if let Some(p) = &prev {
+            self.own_addresses(p);
+        }
+        let prior = self.start_pending(att)?;
         for (index, entry) in self.conf.chain.iter().enumerate() {
             let step = Step {
                 index,
@@ -110,22 +131,77 @@ impl Executor {
             match self.run(&step, att, prev.as_ref(), None) {
                 Ok(Some(r)) => prev = Some(r),
                 Ok(None) => {
-                    return Err(HostError::internal(format!(
+                    let err = HostError::internal(format!(
                         "chain[{index}] ({}) returned no result",
                         entry.plugin_type
-                    )))
+                    ));
+                    self.rollback(att, index + 1, prev.as_ref(), None);
+                    self.undo_failed_add(att, prior.as_ref());
+                    return Err(err);
                 }
                 Err((err, ipam_held)) => {
                     let reported = reported_by_plugin(&err);
                     self.rollback(att, index, prev.as_ref(), Some((reported, ipam_held)));
-                    self.delete_leftover_links(att);
+                    self.undo_failed_add(att, prior.as_ref());
                     return Err(err);
                 }
             }
         }
         let result = prev.unwrap_or_default();
-        let created = self.created_links();
-        let record = AttachmentRecord {
+        let mut created = self.ledger_now().created;
+        if let Some(prior) = &prior {
+            created = union(&prior_links(prior), &created);
+        }
+        let links = self.with_sides(att, |net, sides| Ok(cleanup::live(net, sides, &created)))?;
+        let mut record = self.record(att, &links);
+        record.result = result.to_json("1.1.0")?;
+        record.pending = false;
+        if let Err(e) = self.records.save(&record) {
+            // Without the record a later DEL could not find what to undo.
+            let err = HostError::state("saving the attachment record", e);
+            self.rollback(att, self.conf.chain.len(), Some(&result), None);
+            self.undo_failed_add(att, prior.as_ref());
+            return Err(err);
+        }
+        Ok(result)
+    }
+
+    /// The attachment's lock, waited for as long as a whole chain may run:
+    /// another verb for the same attachment is in progress (a runtime
+    /// retrying, or a second front door to the same state).
+    fn lock_attachment(&self, att: &Attachment) -> Result<Lock, HostError> {
+        let budget: u64 = self
+            .conf
+            .chain
+            .iter()
+            .map(|e| {
+                Limits::resolve(&e.limits).deadline_ms + Limits::resolve(&e.ipam_limits).deadline_ms
+            })
+            .sum();
+        let deadline = Instant::now() + Duration::from_millis(budget.max(1_000));
+        self.records
+            .lock(
+                &self.conf.name,
+                &att.container_id,
+                &att.ifname,
+                Some(deadline),
+            )
+            .map_err(|e| match e.kind() {
+                io::ErrorKind::TimedOut => CniError::new(
+                    ErrorCode::TryAgainLater,
+                    format!(
+                        "another operation on {} {} of network {:?} is still in progress",
+                        att.container_id, att.ifname, self.conf.name
+                    ),
+                )
+                .into(),
+                _ => HostError::state("locking the attachment", e),
+            })
+    }
+
+    /// The record of `att` as it stands (pending, no result yet).
+    fn record(&self, att: &Attachment, links: &CreatedLinks) -> AttachmentRecord {
+        AttachmentRecord {
             kind: RECORD_KIND.into(),
             network: self.conf.name.clone(),
             container_id: att.container_id.clone(),
@@ -133,19 +209,125 @@ impl Executor {
             netns: att.netns.clone(),
             cni_args: att.args.clone(),
             runtime_config: self.conf.runtime_config.clone(),
-            result: result.to_json("1.1.0")?,
-            node_links: created.node.into_iter().collect(),
-            container_links: created.container.into_iter().collect(),
+            result: Value::Null,
+            node_links: recorded(links, Side::Node),
+            container_links: recorded(links, Side::Container),
             created_at: now_ms(),
-        };
-        if let Err(e) = self.records.save(&record) {
-            // Without the record a later DEL could not find what to undo.
-            let err = HostError::state("saving the attachment record", e);
-            self.rollback(att, self.conf.chain.len(), Some(&result), None);
-            self.delete_leftover_links(att);
-            return Err(err);
+            pending: true,
         }
-        Ok(result)
+    }
+
+    /// Write the pending record before any plugin runs, under the state
+    /// lock (so that a failed ADD deciding whether others depend on what it
+    /// changed sees every ADD that has started), and keep it up to date as
+    /// links are created: if this process dies, DEL and GC find them.
+    ///
+    /// An ADD for an attachment that already has a record (a runtime
+    /// retrying an ADD whose answer it lost) keeps that record: the links
+    /// it lists stay listed, and a failure puts it back as it was. Returns
+    /// it.
+    fn start_pending(&self, att: &Attachment) -> Result<Option<AttachmentRecord>, HostError> {
+        let prior = self.load_record(att);
+        let base = prior
+            .clone()
+            .unwrap_or_else(|| self.record(att, &CreatedLinks::default()));
+        {
+            let _all = self
+                .records
+                .lock_all()
+                .map_err(|e| HostError::state("locking the state directory", e))?;
+            if prior.is_none() {
+                self.records
+                    .save(&base)
+                    .map_err(|e| HostError::state("saving the pending attachment record", e))?;
+            }
+        }
+        let records = self.records.clone();
+        let known = prior.as_ref().map(prior_links).unwrap_or_default();
+        let hook: OnCreated = Arc::new(move |links: &CreatedLinks| {
+            let mut rec = base.clone();
+            let all = union(&known, links);
+            rec.node_links = recorded(&all, Side::Node);
+            rec.container_links = recorded(&all, Side::Container);
+            if let Err(e) = records.save(&rec) {
+                log::warn(format_args!("updating the pending attachment record: {e}"));
+            }
+        });
+        if let Ok(mut h) = self.on_created.lock() {
+            *h = Some(hook);
+        }
+        Ok(prior)
+    }
+
+    /// After a failed ADD was rolled back: delete the links its plugins
+    /// created that are still there (a plugin the host stopped halfway
+    /// cannot be relied on to know, in its DEL, what it made), take back
+    /// every other change it made, in reverse, and drop its pending record.
+    /// Changes to what other attachments share (the network's bridge, the
+    /// node's forwarding switches) are kept if any other attachment exists
+    /// or is being added: it may depend on them. Best effort: failures are
+    /// logged, the ADD's own error is what is reported.
+    fn undo_failed_add(&self, att: &Attachment, prior: Option<&AttachmentRecord>) {
+        if let Ok(mut h) = self.on_created.lock() {
+            *h = None;
+        }
+        let ledger = self.ledger_now();
+        let outcome = self.with_sides(att, |net, sides| {
+            for e in cleanup::delete_links(net, sides, &ledger.created, "failed ADD") {
+                log::warn(format_args!("{e}"));
+            }
+            let _all = self
+                .records
+                .lock_all()
+                .map_err(|e| HostError::state("locking the state directory", e))?;
+            let shared = ledger.changes.iter().any(|c| c.shared);
+            let keep_shared = shared && self.others_exist(att);
+            cleanup::undo(net, sides, &ledger.changes, keep_shared);
+            match prior {
+                Some(rec) => self
+                    .records
+                    .save(rec)
+                    .map_err(|e| HostError::state("restoring the attachment record", e)),
+                None => self
+                    .records
+                    .remove(&self.conf.name, &att.container_id, &att.ifname)
+                    .map_err(|e| HostError::state("removing the pending attachment record", e)),
+            }
+        });
+        if let Err(e) = outcome {
+            log::warn(format_args!("failed ADD: {e}"));
+        }
+        self.begin(None);
+    }
+
+    /// Whether any attachment but `att` is recorded (or pending) in this
+    /// state directory; an unreadable directory counts as yes.
+    fn others_exist(&self, att: &Attachment) -> bool {
+        let Ok(networks) = self.records.networks() else {
+            return true;
+        };
+        networks.iter().any(|n| match self.records.list(n) {
+            Ok(recs) => recs.iter().any(|r| {
+                !(r.network == self.conf.name
+                    && r.container_id == att.container_id
+                    && r.ifname == att.ifname)
+            }),
+            Err(_) => true,
+        })
+    }
+
+    /// Run `f` on the backend with the attachment's namespaces opened.
+    fn with_sides<T>(
+        &self,
+        att: &Attachment,
+        f: impl FnOnce(&mut dyn Net, &Sides) -> Result<T, HostError>,
+    ) -> Result<T, HostError> {
+        let mut net = self
+            .net
+            .lock()
+            .map_err(|_| HostError::internal("network backend poisoned"))?;
+        let sides = Sides::open(net.as_mut(), att.netns.as_deref())?;
+        f(net.as_mut(), &sides)
     }
 
     /// Undo a failed ADD. The plugins before the failed one completed, so
@@ -212,13 +394,14 @@ impl Executor {
     }
 
     pub fn del(&self, att: &Attachment) -> Result<(), HostError> {
+        let _lock = self.lock_attachment(att)?;
         let rec = self.load_record(att);
         let prev = match self.incoming_prev()? {
             Some(p) => Some(p),
             None => recorded_result(rec.as_ref()),
         };
-        self.adopt_links(rec.as_ref());
-        let errors = self.del_chain(att, prev.as_ref());
+        self.begin(rec.as_ref());
+        let errors = self.teardown(att, prev.as_ref(), "DEL");
         if errors.is_empty() {
             self.records
                 .remove(&self.conf.name, &att.container_id, &att.ifname)
@@ -226,6 +409,26 @@ impl Executor {
             Ok(())
         } else {
             Err(HostError::many(errors))
+        }
+    }
+
+    /// DEL every plugin, then delete whatever links the attachment created
+    /// that they left (only once every DEL succeeded: a failed DEL is
+    /// retried, and its plugin may still need them).
+    fn teardown(&self, att: &Attachment, prev: Option<&CniResult>, why: &str) -> Vec<HostError> {
+        let errors = self.del_chain(att, prev);
+        if !errors.is_empty() {
+            return errors;
+        }
+        let created = self.ledger_now().created;
+        if created.is_empty() {
+            return errors;
+        }
+        match self.with_sides(att, |net, sides| {
+            Ok(cleanup::delete_links(net, sides, &created, why))
+        }) {
+            Ok(errs) => errs,
+            Err(e) => vec![e],
         }
     }
 
@@ -246,12 +449,13 @@ impl Executor {
     }
 
     pub fn check(&self, att: &Attachment) -> Result<(), HostError> {
+        let _lock = self.lock_attachment(att)?;
         let rec = self.load_record(att);
         let prev = match self.incoming_prev()? {
             Some(p) => Some(p),
             None => recorded_result(rec.as_ref()),
         };
-        self.adopt_links(rec.as_ref());
+        self.begin(rec.as_ref());
         for (index, entry) in self.conf.chain.iter().enumerate() {
             let step = Step {
                 index,
@@ -292,9 +496,34 @@ impl Executor {
             if valid.contains(&key) {
                 continue;
             }
+            // A verb still running on it (an ADD in progress is pending and
+            // not yet in the runtime's list) is not stale.
+            let _lock = match self
+                .records
+                .lock(&rec.network, &rec.container_id, &rec.ifname, None)
+            {
+                Ok(l) => l,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    log::info(format_args!(
+                        "gc: skipping {} {}: an operation on it is in progress",
+                        rec.container_id, rec.ifname
+                    ));
+                    continue;
+                }
+                Err(e) => {
+                    errors.push(HostError::state("locking a stale attachment", e));
+                    continue;
+                }
+            };
             log::info(format_args!(
-                "gc: deleting stale attachment {} {}",
-                rec.container_id, rec.ifname
+                "gc: deleting stale attachment {} {}{}",
+                rec.container_id,
+                rec.ifname,
+                if rec.pending {
+                    " (an ADD that never finished)"
+                } else {
+                    ""
+                }
             ));
             let att = Attachment {
                 container_id: rec.container_id.clone(),
@@ -302,15 +531,14 @@ impl Executor {
                 netns: rec.netns.clone(),
                 args: rec.cni_args.clone(),
             };
-            self.adopt_links(Some(&rec));
-            let errs = self.del_chain(&att, recorded_result(Some(&rec)).as_ref());
+            self.begin(Some(&rec));
+            // Whatever the plugins leave of the stale attachment goes too:
+            // the host recorded it as theirs.
+            let errs = self.teardown(&att, recorded_result(Some(&rec)).as_ref(), "gc");
             if !errs.is_empty() {
                 errors.extend(errs);
                 continue;
             }
-            // Whatever the plugins left of the stale attachment in the node
-            // namespace goes too: the host recorded it as theirs.
-            errors.extend(self.delete_node_links());
             if let Err(e) = self
                 .records
                 .remove(&self.conf.name, &att.container_id, &att.ifname)
@@ -357,80 +585,7 @@ impl Executor {
         }
     }
 
-    /// Delete the node links recorded for the current attachment that still
-    /// exist (GC of a stale attachment).
-    fn delete_node_links(&self) -> Vec<HostError> {
-        let names = self.created_links().node;
-        if names.is_empty() {
-            return Vec::new();
-        }
-        let Ok(mut net) = self.net.lock() else {
-            return vec![HostError::internal("network backend poisoned")];
-        };
-        let node = match net.open(NsRef::Current) {
-            Ok(id) => id,
-            Err(e) => {
-                return vec![HostError::internal(format!(
-                    "opening the node namespace: {e}"
-                ))]
-            }
-        };
-        let mut errors = Vec::new();
-        for name in names {
-            match net.delete_link(node, &name) {
-                Ok(()) => log::info(format_args!("gc: deleted stale node link {name}")),
-                Err(NetError::NotFound(_)) => {}
-                Err(e) => errors.push(HostError::internal(format!(
-                    "gc: deleting stale node link {name}: {e}"
-                ))),
-            }
-        }
-        errors
-    }
-
-    /// After a failed ADD is rolled back, delete the links its plugins
-    /// created that are still there: a plugin the host stopped halfway (a
-    /// trap, the deadline, a limit) cannot be relied on to know, in its DEL,
-    /// what it made before it was stopped. The set holds only links created
-    /// during this ADD (it starts empty), so nothing else can go. Best
-    /// effort: failures are logged, the ADD's own error is what is reported.
-    fn delete_leftover_links(&self, att: &Attachment) {
-        let created = self.created_links();
-        if created.node.is_empty() && created.container.is_empty() {
-            return;
-        }
-        let Ok(mut net) = self.net.lock() else {
-            return;
-        };
-        let Ok(node) = net.open(NsRef::Current) else {
-            return;
-        };
-        let container = att
-            .netns
-            .as_deref()
-            .filter(|p| !p.is_empty())
-            .and_then(|p| net.open(NsRef::Path(std::path::Path::new(p))).ok())
-            .filter(|id| !net.same_ns(*id, node));
-        let sides = [(Some(node), created.node), (container, created.container)];
-        for (ns, names) in sides {
-            let Some(ns) = ns else { continue };
-            for name in names {
-                match net.delete_link(ns, &name) {
-                    Ok(()) => log::info(format_args!("failed ADD: deleted leftover link {name}")),
-                    // A veth goes with its peer; DELs may have removed it.
-                    Err(NetError::NotFound(_)) => {}
-                    Err(e) => log::warn(format_args!(
-                        "failed ADD: cannot delete leftover link {name}: {e}"
-                    )),
-                }
-            }
-        }
-        if let Ok(mut c) = self.created.lock() {
-            *c = CreatedLinks::default();
-        }
-    }
-
-    fn net_access(&self, entry: &ChainEntry, att: &Attachment) -> NetAccess {
+    fn net_access(&self, entry: &ChainEntry, command: Command, att: &Attachment) -> NetAccess {
         // The node links a plugin may change are the ones its own config
         // names, under the keys the reference plugins use for them, or the
         // reference default when the key is absent (bridge: cni0).
@@ -449,6 +604,13 @@ impl Executor {
         if entry.plugin_type == "bridge" && named("bridge").is_none() {
             config_named.insert("cni0".into());
         }
+        let id = |key: &str| {
+            entry
+                .raw
+                .get(key)
+                .and_then(Value::as_u64)
+                .and_then(|v| u32::try_from(v).ok())
+        };
         NetAccess {
             backend: self.net.clone(),
             container_path: att
@@ -457,28 +619,46 @@ impl Executor {
                 .filter(|p| !p.is_empty())
                 .map(PathBuf::from),
             ifname: att.ifname.clone(),
-            config_named,
-            default_master: named("master").is_none(),
-            created: self.created.clone(),
+            command,
+            config: ConfigGrants {
+                named: config_named,
+                default_master: named("master").is_none()
+                    && DEFAULT_MASTER_TYPES.contains(&entry.plugin_type.as_str()),
+                passthru: named("mode") == Some("passthru"),
+                tap_owner: id("owner"),
+                tap_group: id("group"),
+            },
+            ledger: self.ledger.clone(),
+            on_created: self.on_created.lock().ok().and_then(|h| h.clone()),
         }
     }
 
-    /// Seed the created-links set from a record (DEL, CHECK, GC).
-    fn adopt_links(&self, rec: Option<&AttachmentRecord>) {
-        if let Ok(mut c) = self.created.lock() {
-            *c = CreatedLinks {
-                node: rec
-                    .map(|r| r.node_links.iter().cloned().collect())
-                    .unwrap_or_default(),
-                container: rec
-                    .map(|r| r.container_links.iter().cloned().collect())
-                    .unwrap_or_default(),
+    /// Start the ledger for a verb: the links a record lists (DEL, CHECK,
+    /// GC), nothing else.
+    fn begin(&self, rec: Option<&AttachmentRecord>) {
+        if let Ok(mut l) = self.ledger.lock() {
+            *l = Ledger {
+                created: rec.map(prior_links).unwrap_or_default(),
+                ..Ledger::default()
             };
         }
     }
 
-    fn created_links(&self) -> CreatedLinks {
-        self.created.lock().map(|c| c.clone()).unwrap_or_default()
+    /// The addresses of `result` are the attachment's own: node-side
+    /// addresses and routes may lie in their networks.
+    fn own_addresses(&self, result: &CniResult) {
+        let nets: Vec<IpNet> = result
+            .ips
+            .iter()
+            .filter_map(|ip| ip.address.parse().ok())
+            .collect();
+        if let Ok(mut l) = self.ledger.lock() {
+            l.own_nets.extend(nets);
+        }
+    }
+
+    fn ledger_now(&self) -> Ledger {
+        self.ledger.lock().map(|l| l.clone()).unwrap_or_default()
     }
 
     fn services(
@@ -492,7 +672,7 @@ impl Executor {
         StepServices::new(
             self.runtime.clone(),
             self.store.clone(),
-            Some(self.net_access(entry, att)),
+            Some(self.net_access(entry, command, att)),
             &self.cni_path,
             &self.conf.name,
             entry,
@@ -632,6 +812,50 @@ fn no_attachment() -> Attachment {
         netns: None,
         args: Vec::new(),
     }
+}
+
+/// The links a record lists, by name with their identity.
+fn prior_links(rec: &AttachmentRecord) -> CreatedLinks {
+    let links = |list: &[RecordedLink]| {
+        list.iter()
+            .map(|l| {
+                (
+                    l.name.clone(),
+                    LinkId {
+                        index: l.index,
+                        kind: l.kind.clone(),
+                    },
+                )
+            })
+            .collect()
+    };
+    CreatedLinks {
+        node: links(&rec.node_links),
+        container: links(&rec.container_links),
+    }
+}
+
+/// `links` as a record lists them.
+fn recorded(links: &CreatedLinks, side: Side) -> Vec<RecordedLink> {
+    links
+        .side(side)
+        .iter()
+        .map(|(name, id)| RecordedLink {
+            name: name.clone(),
+            index: id.index,
+            kind: id.kind.clone(),
+        })
+        .collect()
+}
+
+/// Both sets together; for a name in both, `b`'s identity.
+fn union(a: &CreatedLinks, b: &CreatedLinks) -> CreatedLinks {
+    let mut out = a.clone();
+    for side in [Side::Node, Side::Container] {
+        out.side_mut(side)
+            .extend(b.side(side).iter().map(|(n, id)| (n.clone(), id.clone())));
+    }
+    out
 }
 
 fn recorded_result(rec: Option<&AttachmentRecord>) -> Option<CniResult> {

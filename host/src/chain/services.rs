@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -102,15 +102,22 @@ impl StepServices {
 
     /// DEL the delegate directly, without the interface plugin.
     pub(super) fn run_ipam_direct(&self, ipam_type: &str) -> Result<(), HostError> {
-        self.call_delegate(ipam_type, IpamOp::Del).map(|_| ())
+        self.call_delegate(ipam_type, IpamOp::Del, None).map(|_| ())
     }
 
+    /// Run the delegate under its own limits, and never past `deadline`
+    /// (the calling plugin's).
     fn call_delegate(
         &self,
         ipam_type: &str,
         op: IpamOp,
+        deadline: Option<Instant>,
     ) -> Result<Option<CniResultWit>, HostError> {
-        let limits = Limits::resolve(&self.ipam_limits);
+        let mut limits = Limits::resolve(&self.ipam_limits);
+        if let Some(deadline) = deadline {
+            let left = deadline.saturating_duration_since(Instant::now());
+            limits.deadline_ms = limits.deadline_ms.min(left.as_millis() as u64).max(1);
+        }
         let plugin = match self
             .runtime
             .load(ipam_type, self.ipam_limits.sha256.as_deref())
@@ -216,7 +223,7 @@ impl Services for StepServices {
         })
     }
 
-    fn ipam(&self, op: IpamOp) -> Result<Option<CniResultWit>, CniError> {
+    fn ipam(&self, op: IpamOp, deadline: Instant) -> Result<Option<CniResultWit>, CniError> {
         if !allowed(self.command, op) {
             return Err(CniError::new(
                 ErrorCode::Internal,
@@ -233,12 +240,25 @@ impl Services for StepServices {
                 "IPAM config missing 'ipam' key",
             ));
         };
-        let out = self.call_delegate(ipam_type, op).map_err(CniError::from)?;
+        let out = self
+            .call_delegate(ipam_type, op, Some(deadline))
+            .map_err(CniError::from)?;
         if let Ok(mut held) = self.held.lock() {
             match op {
                 IpamOp::Add => *held = Some(ipam_type.clone()),
                 IpamOp::Del => *held = None,
                 _ => {}
+            }
+        }
+        // What IPAM handed out is the attachment's own: node-side
+        // addresses and routes of its plugins may lie in those networks.
+        if let (Some(result), Some(net)) = (&out, &self.net) {
+            let nets = result
+                .ips
+                .iter()
+                .filter_map(|ip| ip.address.parse::<crate::net::IpNet>().ok());
+            if let Ok(mut ledger) = net.ledger.lock() {
+                ledger.own_nets.extend(nets);
             }
         }
         Ok(out)

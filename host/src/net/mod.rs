@@ -107,6 +107,24 @@ pub struct LinkInfo {
     pub macvlan_mode: Option<MacvlanMode>,
 }
 
+/// What identifies a link within its namespace beyond its name: ifindexes
+/// are not reused until the namespace's counter wraps, and the kind guards
+/// even against that.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LinkId {
+    pub index: u32,
+    pub kind: String,
+}
+
+impl LinkInfo {
+    pub fn id(&self) -> LinkId {
+        LinkId {
+            index: self.index,
+            kind: self.kind.clone(),
+        }
+    }
+}
+
 /// Changes for [`Net::set_link`]; `None` leaves a setting alone.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LinkChange {

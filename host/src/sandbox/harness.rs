@@ -29,8 +29,9 @@ use super::bindings::cni::plugin::network::{
 use super::bindings::cni::plugin::store::Host as StoreHost;
 use super::host_network::NetnsHandle;
 use super::limits::MemoryCap;
+use super::policy::ConfigGrants;
 use super::state::Ctx;
-use super::{CniResultWit, CreatedLinks, IpamOp, NetAccess, Services, StoreAccess};
+use super::{CniResultWit, IpamOp, Ledger, NetAccess, Services, StoreAccess};
 use crate::cni::{CniError, Command, ErrorCode};
 use crate::net::{IpNet, LinkInfo, MemoryNet, Net, NsId, NsRef, Route};
 use crate::store::{Entry, MemoryStore, Owner, Scope, ScopeData, StateStore};
@@ -41,6 +42,11 @@ const PLUGIN: &str = "fx";
 /// The one file the call's config names (`ipam.resolvConf`); it does not
 /// exist, so reading it is an I/O error, but it is not refused.
 const CONFIG_FILE: &str = "/nonexistent/wasm-cni-harness/resolv.conf";
+/// The attachment's own address (as its IPAM would have handed it out):
+/// node-side addresses and routes must lie in its network.
+const OWN_ADDRESS: &str = "10.1.0.5/24";
+/// The tap owner the call's config names.
+const TAP_OWNER: u32 = 1000;
 
 /// Links that belong to someone else, per side.
 const FOREIGN_NODE: &[&str] = &["lo", "other0", "other1", "uplink", "veth9"];
@@ -179,7 +185,11 @@ struct HarnessServices {
 }
 
 impl Services for HarnessServices {
-    fn ipam(&self, op: IpamOp) -> Result<Option<CniResultWit>, CniError> {
+    fn ipam(
+        &self,
+        op: IpamOp,
+        _deadline: std::time::Instant,
+    ) -> Result<Option<CniResultWit>, CniError> {
         Err(CniError::new(
             ErrorCode::InvalidConfig,
             format!("no IPAM delegate in the harness ({op:?})"),
@@ -204,7 +214,7 @@ pub struct ImportHarness {
     ctx: Ctx,
     net: Arc<Mutex<Box<dyn Net>>>,
     store: Arc<MemoryStore>,
-    created: Arc<Mutex<CreatedLinks>>,
+    ledger: Arc<Mutex<Ledger>>,
     node: NsId,
     container: NsId,
     command: Command,
@@ -320,7 +330,10 @@ impl ImportHarness {
                 ifname: String::new(),
             }
         };
-        let created = Arc::new(Mutex::new(CreatedLinks::default()));
+        let ledger = Arc::new(Mutex::new(Ledger {
+            own_nets: vec![OWN_ADDRESS.parse().map_err(e("own address"))?],
+            ..Ledger::default()
+        }));
         let services = HarnessServices {
             store: StoreAccess {
                 backend: store.clone(),
@@ -332,15 +345,23 @@ impl ImportHarness {
                 backend: net.clone(),
                 container_path: Some(PathBuf::from(CONTAINER)),
                 ifname: "eth0".into(),
-                config_named: BTreeSet::from(["cni0".to_string()]),
-                default_master: true,
-                created: created.clone(),
+                command,
+                config: ConfigGrants {
+                    named: BTreeSet::from(["cni0".to_string()]),
+                    default_master: true,
+                    passthru: false,
+                    tap_owner: Some(TAP_OWNER),
+                    tap_group: None,
+                },
+                ledger: ledger.clone(),
+                on_created: None,
             },
         };
         let mut ctx = Ctx::new(
             PLUGIN,
             MemoryCap::new(1 << 20),
             host_call_budget,
+            std::time::Instant::now() + std::time::Duration::from_secs(3600),
             Arc::new(services),
         );
         ctx.config_files = vec![CONFIG_FILE.to_string()];
@@ -348,7 +369,7 @@ impl ImportHarness {
             ctx,
             net,
             store,
-            created,
+            ledger,
             node,
             container,
             command,
@@ -612,23 +633,60 @@ impl ImportHarness {
                 self.protected
             ));
         }
-        let created = self
-            .created
+        let ledger = self
+            .ledger
             .lock()
             .map(|c| c.clone())
             .map_err(|_| "poisoned".to_string())?;
+        let created = ledger.created;
         let mut net = self.net.lock().map_err(|_| "poisoned".to_string())?;
         for (ns, foreign, mine, extra) in [
             (self.node, FOREIGN_NODE, &created.node, Some("cni0")),
             (self.container, FOREIGN_CONTAINER, &created.container, None),
         ] {
             for l in net.links(ns).map_err(|e| e.to_string())? {
+                // Recorded links are known by identity, not just by name.
+                let mine = mine.get(&l.name) == Some(&l.id());
                 let known = l.name == "lo"
                     || foreign.contains(&l.name.as_str())
-                    || mine.contains(&l.name)
+                    || mine
                     || extra == Some(l.name.as_str());
                 if !known {
                     return Err(format!("link {} exists but is nobody's", l.name));
+                }
+            }
+        }
+        // What the attachment put on node links stays inside its networks:
+        // no address or route the node's own traffic could follow.
+        let inside = |n: &IpNet| {
+            ledger.own_nets.iter().any(|own| {
+                own.is_ipv4() == n.is_ipv4() && own.prefix <= n.prefix && own.contains(&n.addr)
+            })
+        };
+        for l in net.links(self.node).map_err(|e| e.to_string())? {
+            if FOREIGN_NODE.contains(&l.name.as_str()) {
+                continue;
+            }
+            for a in net
+                .addresses(self.node, &l.name)
+                .map_err(|e| e.to_string())?
+            {
+                if !inside(&a) && !a.addr.is_loopback() {
+                    return Err(format!(
+                        "node address {a} on {} is not the attachment's",
+                        l.name
+                    ));
+                }
+            }
+            for r in net
+                .routes(self.node, &l.name, None)
+                .map_err(|e| e.to_string())?
+            {
+                if !inside(&r.dst) {
+                    return Err(format!(
+                        "node route {} via {} is not the attachment's",
+                        r.dst, l.name
+                    ));
                 }
             }
         }

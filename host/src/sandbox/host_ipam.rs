@@ -19,7 +19,10 @@ fn to_wit(e: CniError) -> Error {
 impl Ctx {
     fn delegate(&mut self, op: IpamOp) -> wasmtime::Result<Result<Option<CniResult>, Error>> {
         self.charge()?;
-        Ok(self.services.ipam(op).map_err(to_wit))
+        if self.remaining().is_zero() {
+            return Err(self.deadline_reached());
+        }
+        Ok(self.services.ipam(op, self.deadline).map_err(to_wit))
     }
 }
 

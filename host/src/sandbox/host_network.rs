@@ -3,7 +3,7 @@
 //! nothing, is logged with the plugin's name, and reaches the plugin as
 //! `net-error.refused`.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -14,10 +14,13 @@ use super::bindings::cni::plugin::network::{
     Address, Host, HostNetns, Link, LinkSettings, MacvlanMode as WitMode, NetError as WitError,
     RouteSpec,
 };
-use super::policy::{Grants, Side};
+use super::policy::{Basis, ConfigGrants, Grants, Side};
 use super::state::Ctx;
+use crate::cni::Command;
 use crate::log;
-use crate::net::{self, IpNet, LinkChange, LinkInfo, MacvlanMode, Net, NetError, NsId, NsRef};
+use crate::net::{
+    self, IpNet, LinkChange, LinkId, LinkInfo, MacvlanMode, Net, NetError, NsId, NsRef,
+};
 
 /// A namespace handle held in the store's resource table.
 pub struct NetnsHandle {
@@ -25,14 +28,91 @@ pub struct NetnsHandle {
     id: NsId,
 }
 
-/// Links an attachment created, per side: shared by every step of the
-/// chain and kept in the attachment record, so later calls (and GC) know
-/// what belongs to it.
+/// Links an attachment created, per side, by name with their identity:
+/// shared by every step of the chain and kept in the attachment record, so
+/// later calls (and GC) know what belongs to it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CreatedLinks {
-    pub node: BTreeSet<String>,
-    pub container: BTreeSet<String>,
+    pub node: BTreeMap<String, LinkId>,
+    pub container: BTreeMap<String, LinkId>,
 }
+
+impl CreatedLinks {
+    pub fn side(&self, side: Side) -> &BTreeMap<String, LinkId> {
+        match side {
+            Side::Node => &self.node,
+            Side::Container => &self.container,
+        }
+    }
+
+    pub fn side_mut(&mut self, side: Side) -> &mut BTreeMap<String, LinkId> {
+        match side {
+            Side::Node => &mut self.node,
+            Side::Container => &mut self.container,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.node.is_empty() && self.container.is_empty()
+    }
+}
+
+/// How to take back one change a plugin made during ADD.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Undo {
+    /// Delete the address if `added`, else add it back.
+    Address {
+        link: String,
+        addr: IpNet,
+        added: bool,
+    },
+    /// Delete the route if `added`, else add it back.
+    Route { route: net::Route, added: bool },
+    /// Write `old` back, if the key still holds `new`.
+    Sysctl {
+        key: String,
+        old: String,
+        new: String,
+    },
+    /// Apply `restore` (the settings before) if the link is still the one
+    /// that was changed.
+    Link {
+        name: String,
+        index: u32,
+        restore: LinkChange,
+    },
+    /// Delete the bridge `ensure-bridge` created, if it is still that
+    /// bridge and has no ports.
+    Bridge { name: String, id: LinkId },
+}
+
+/// One change an ADD made to something it did not create (changes to its
+/// own links go with the links).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Change {
+    pub side: Side,
+    /// In the node namespace, on a link the config names or a node-wide
+    /// switch: other attachments may depend on it.
+    pub shared: bool,
+    pub undo: Undo,
+}
+
+/// The running account of one attachment's effects, across the steps of
+/// its chain.
+#[derive(Debug, Clone, Default)]
+pub struct Ledger {
+    pub created: CreatedLinks,
+    /// What the ADD changed, in order (empty for other verbs).
+    pub changes: Vec<Change>,
+    /// Networks of the attachment's own addresses: what its IPAM handed out
+    /// during this ADD, and what the runtime's prevResult carried.
+    pub own_nets: Vec<IpNet>,
+}
+
+/// Told the created links whenever they change during ADD, so that the
+/// executor can persist them before the ADD ends (a crash then leaves a
+/// record of what to clean up).
+pub type OnCreated = Arc<dyn Fn(&CreatedLinks) + Send + Sync>;
 
 /// What a call may reach through the network import.
 #[derive(Clone)]
@@ -41,13 +121,10 @@ pub struct NetAccess {
     /// CNI_NETNS, if the runtime passed one.
     pub container_path: Option<PathBuf>,
     pub ifname: String,
-    /// Node links the plugin's config names (`bridge`, `master`).
-    pub config_named: BTreeSet<String>,
-    /// The config names no `master`: like the reference macvlan, the
-    /// plugin may then use the node's default-route link as a macvlan or
-    /// macvtap master (and for nothing else).
-    pub default_master: bool,
-    pub created: Arc<Mutex<CreatedLinks>>,
+    pub command: Command,
+    pub config: ConfigGrants,
+    pub ledger: Arc<Mutex<Ledger>>,
+    pub on_created: Option<OnCreated>,
 }
 
 type R<T> = wasmtime::Result<Result<T, WitError>>;
@@ -126,15 +203,92 @@ fn route_to_wit(r: net::Route) -> RouteSpec {
     }
 }
 
-/// A policy question asked before acting.
+/// A policy question asked before acting. Questions about a link carry
+/// the namespace, so that a grant resting on the attachment having created
+/// the link can be checked against the live link.
 enum Ask<'a> {
     Read,
     Create(Side, &'a str),
-    Change(Side, &'a str),
+    CreateTap(Side, &'a str, Option<u32>, Option<u32>),
+    CreateMacvlan(Side, &'a str, MacvlanMode),
+    Change(Side, NsId, &'a str),
     /// Use as a bridge master.
-    Enslave(Side, &'a str),
-    Delete(Side, &'a str),
-    Sysctl(Side, &'a str, bool),
+    Enslave(Side, NsId, &'a str),
+    Delete(Side, NsId, &'a str),
+    Address(Side, NsId, &'a str, &'a IpNet, bool),
+    Route(Side, NsId, &'a str, &'a IpNet, Option<u32>, bool),
+    Sysctl(Side, NsId, &'a str, bool),
+}
+
+impl Ask<'_> {
+    fn verdict(&self, g: &Grants) -> Result<Basis, String> {
+        match *self {
+            Ask::Read => Ok(Basis::Granted),
+            Ask::Create(side, n) => g.create(side, n).map(|()| Basis::Granted),
+            Ask::CreateTap(side, n, owner, group) => {
+                g.create_tap(side, n, owner, group).map(|()| Basis::Granted)
+            }
+            Ask::CreateMacvlan(side, n, mode) => {
+                g.create_macvlan(side, n, mode).map(|()| Basis::Granted)
+            }
+            Ask::Change(side, _, n) => g.change(side, n),
+            Ask::Enslave(side, _, n) => g.enslave(side, n),
+            Ask::Delete(side, _, n) => g.delete(side, n),
+            Ask::Address(side, _, link, addr, add) => g.address(side, link, addr, add),
+            Ask::Route(side, _, dev, dst, table, add) => g.route(side, dev, dst, table, add),
+            Ask::Sysctl(side, _, key, write) => g.sysctl(side, key, write),
+        }
+    }
+
+    /// Where the link a grant rests on lives.
+    fn place(&self) -> Option<(Side, NsId)> {
+        match *self {
+            Ask::Change(side, ns, _)
+            | Ask::Enslave(side, ns, _)
+            | Ask::Delete(side, ns, _)
+            | Ask::Address(side, ns, ..)
+            | Ask::Route(side, ns, ..)
+            | Ask::Sysctl(side, ns, ..) => Some((side, ns)),
+            _ => None,
+        }
+    }
+}
+
+/// What an allowed operation learns before acting: whether to journal a
+/// change (an ADD changing something it did not create), and where. One
+/// entry per question asked, in order; the first names what the operation
+/// changes.
+#[derive(Debug, Clone, Default)]
+struct Journal {
+    asks: Vec<Option<(Side, bool)>>,
+}
+
+impl Journal {
+    /// The change to record for the operation's own target, if any.
+    fn change(&self, undo: Undo) -> Option<Change> {
+        self.change_of(0, undo)
+    }
+
+    /// The change to record for what question `i` was about, if any.
+    fn change_of(&self, i: usize, undo: Undo) -> Option<Change> {
+        let (side, on) = (*self.asks.get(i)?)?;
+        on.then_some(Change {
+            side,
+            // The node's links a config names are shared by attachments.
+            shared: side == Side::Node,
+            undo,
+        })
+    }
+
+    /// Whether the operation's target is journaled.
+    fn on(&self) -> bool {
+        self.on_at(0)
+    }
+
+    /// Whether what question `i` was about is journaled.
+    fn on_at(&self, i: usize) -> bool {
+        matches!(self.asks.get(i), Some(Some((_, true))))
+    }
 }
 
 impl Ctx {
@@ -156,20 +310,24 @@ impl Ctx {
     }
 
     fn grants(&self, access: &NetAccess) -> Grants {
-        let created = access.created.lock().map(|c| c.clone()).unwrap_or_default();
+        let ledger = access.ledger.lock().map(|l| l.clone()).unwrap_or_default();
         Grants {
+            command: access.command,
             ifname: access.ifname.clone(),
-            config_named: access.config_named.clone(),
-            created_node: created.node,
-            created_container: created.container,
+            config: access.config.clone(),
+            created_node: ledger.created.node,
+            created_container: ledger.created.container,
+            own_nets: ledger.own_nets,
         }
     }
 
-    /// Ask the policy each question, then run `op` on the backend.
+    /// Ask the policy each question (checking every grant that rests on a
+    /// link the attachment created against the live link), then run `op`
+    /// on the backend. `op` gets how to journal its change and returns it.
     fn act<T>(
         &mut self,
         asks: &[Ask<'_>],
-        op: impl FnOnce(&mut dyn Net) -> Result<T, NetError>,
+        op: impl FnOnce(&mut dyn Net, &Journal) -> Result<(T, Vec<Change>), NetError>,
     ) -> R<T> {
         self.charge()?;
         let access = match self.access() {
@@ -177,45 +335,67 @@ impl Ctx {
             Err(e) => return Ok(Err(e)),
         };
         let grants = self.grants(&access);
-        for ask in asks {
-            let verdict = match *ask {
-                Ask::Read => Ok(()),
-                Ask::Create(side, n) => grants.create(side, n),
-                Ask::Change(side, n) => grants.change(side, n),
-                Ask::Enslave(side, n) => grants.enslave(side, n),
-                Ask::Delete(side, n) => grants.delete(side, n),
-                Ask::Sysctl(side, k, write) => grants.sysctl(side, k, write),
-            };
-            if let Err(why) = verdict {
-                return Ok(Err(self.refuse(why)));
-            }
-        }
         let mut backend = match access.backend.lock() {
             Ok(b) => b,
             Err(_) => return Err(wasmtime::Error::msg("network backend poisoned")),
         };
-        Ok(op(backend.as_mut()).map_err(to_wit))
-    }
-
-    fn record_created(&self, side: Side, name: &str) {
-        if let Some(a) = &self.net {
-            if let Ok(mut c) = a.created.lock() {
-                match side {
-                    Side::Node => c.node.insert(name.to_string()),
-                    Side::Container => c.container.insert(name.to_string()),
-                };
+        let mut journal = Journal::default();
+        for ask in asks {
+            let basis = match ask.verdict(&grants) {
+                Ok(b) => b,
+                Err(why) => return Ok(Err(self.refuse(why))),
+            };
+            let place = ask.place();
+            if let (Basis::Created(name, id), Some((side, ns))) = (&basis, place) {
+                if let Err(e) = verify_created(backend.as_mut(), &access, side, ns, name, id) {
+                    return Ok(Err(match e {
+                        NetError::Invalid(why) => self.refuse(why),
+                        e => to_wit(e),
+                    }));
+                }
             }
+            let add = access.command == Command::Add;
+            journal
+                .asks
+                .push(place.map(|(side, _)| (side, add && basis == Basis::Granted)));
+        }
+        match op(backend.as_mut(), &journal) {
+            Ok((value, changes)) => {
+                if !changes.is_empty() {
+                    if let Ok(mut l) = access.ledger.lock() {
+                        l.changes.extend(changes);
+                    }
+                }
+                Ok(Ok(value))
+            }
+            Err(e) => Ok(Err(to_wit(e))),
         }
     }
 
+    /// Record a link this call created, by name and identity.
+    fn record_created(&self, side: Side, link: &LinkInfo) {
+        self.update_created(|c| {
+            c.side_mut(side).insert(link.name.clone(), link.id());
+        });
+    }
+
     fn forget_created(&self, side: Side, name: &str) {
-        if let Some(a) = &self.net {
-            if let Ok(mut c) = a.created.lock() {
-                match side {
-                    Side::Node => c.node.remove(name),
-                    Side::Container => c.container.remove(name),
-                };
+        self.update_created(|c| {
+            c.side_mut(side).remove(name);
+        });
+    }
+
+    fn update_created(&self, f: impl FnOnce(&mut CreatedLinks)) {
+        let Some(a) = &self.net else { return };
+        let created = match a.ledger.lock() {
+            Ok(mut l) => {
+                f(&mut l.created);
+                l.created.clone()
             }
+            Err(_) => return,
+        };
+        if let Some(persist) = &a.on_created {
+            persist(&created);
         }
     }
 
@@ -261,6 +441,73 @@ impl Ctx {
     }
 }
 
+/// A grant resting on "the attachment created this link" holds only while
+/// the link of that name is the one it created. A link that is gone, or
+/// was replaced by another of the same name, is forgotten: `NotFound` or
+/// `Invalid` (a refusal).
+fn verify_created(
+    net: &mut dyn Net,
+    access: &NetAccess,
+    side: Side,
+    ns: NsId,
+    name: &str,
+    id: &LinkId,
+) -> Result<(), NetError> {
+    let live = match net.link_by_name(ns, name) {
+        Ok(l) if l.id() == *id => return Ok(()),
+        Ok(l) => Err(NetError::Invalid(format!(
+            "link {name:?} in the {} namespace is no longer the one this attachment created (it was {} #{}, it is {} #{})",
+            side.as_str(),
+            id.kind,
+            id.index,
+            l.kind,
+            l.index
+        ))),
+        Err(NetError::NotFound(_)) => Err(NetError::NotFound(format!(
+            "link {name:?} this attachment created is gone from the {} namespace",
+            side.as_str()
+        ))),
+        // Not knowing is not a grant, but not a reason to forget either.
+        Err(e) => return Err(e),
+    };
+    if let Ok(mut l) = access.ledger.lock() {
+        l.created.side_mut(side).remove(name);
+    }
+    live
+}
+
+/// `new` asks for a value other than `old`.
+fn differs<T: PartialEq>(new: &Option<T>, old: &T) -> bool {
+    new.as_ref().is_some_and(|n| n != old)
+}
+
+/// The settings `change` would alter on `before`, as they are: what puts
+/// the link back. Hairpin cannot be read back and is left out (it applies
+/// to bridge ports, which are the attachment's own veths).
+fn restore_of(net: &mut dyn Net, ns: NsId, before: &LinkInfo, change: &LinkChange) -> LinkChange {
+    let master_name = |net: &mut dyn Net, m: Option<u32>| match m {
+        Some(i) => net.link_by_index(ns, i).map(|l| l.name).unwrap_or_default(),
+        None => String::new(),
+    };
+    LinkChange {
+        up: differs(&change.up, &before.up).then_some(before.up),
+        mtu: differs(&change.mtu, &before.mtu).then_some(before.mtu),
+        mac: change
+            .mac
+            .as_ref()
+            .filter(|m| !m.eq_ignore_ascii_case(&before.mac) && !before.mac.is_empty())
+            .map(|_| before.mac.clone()),
+        master: change
+            .master
+            .as_ref()
+            .map(|_| master_name(net, before.master)),
+        promisc: differs(&change.promisc, &before.promisc).then_some(before.promisc),
+        allmulti: differs(&change.allmulti, &before.allmulti).then_some(before.allmulti),
+        txqlen: differs(&change.txqlen, &before.txqlen).then_some(before.txqlen),
+        hairpin: None,
+    }
+}
+
 impl Host for Ctx {
     fn container_netns(&mut self) -> R<Resource<NetnsHandle>> {
         self.open_ns(Side::Container)
@@ -284,14 +531,26 @@ impl HostNetns for Ctx {
         let (side, id) = self.handle(&ns)?;
         let (peer_side, peer_id) = self.handle(&peer_ns)?;
         let asks = [Ask::Create(side, &name), Ask::Create(peer_side, &peer_name)];
-        let out = self.act(&asks, |net| {
-            net.create_veth(id, &name, &peer_name, peer_id, mtu, mac.as_deref())
+        let out = self.act(&asks, |net, _| {
+            let link = net.create_veth(id, &name, &peer_name, peer_id, mtu, mac.as_deref())?;
+            let peer = net.link_by_name(peer_id, &peer_name);
+            Ok(((link, peer), Vec::new()))
         })?;
-        if out.is_ok() {
-            self.record_created(side, &name);
-            self.record_created(peer_side, &peer_name);
-        }
-        Ok(out.map(link_to_wit))
+        Ok(out.map(|(link, peer)| {
+            // Both ends in one update (one write of the pending record).
+            self.update_created(|c| {
+                c.side_mut(side).insert(link.name.clone(), link.id());
+                match &peer {
+                    Ok(peer) => {
+                        c.side_mut(peer_side).insert(peer.name.clone(), peer.id());
+                    }
+                    // Created a moment ago: only a concurrent delete explains
+                    // this, and then there is nothing left to own.
+                    Err(e) => log::warn(format_args!("veth peer {peer_name} vanished: {e}")),
+                }
+            });
+            link_to_wit(link)
+        }))
     }
 
     fn ensure_bridge(
@@ -305,15 +564,33 @@ impl HostNetns for Ctx {
         // config names (or one of the attachment's own), never recorded as
         // this attachment's. In the container it is a link like any other:
         // only CNI_IFNAME, and recorded, so that nothing the attachment
-        // made there is unaccounted for.
-        let ask = match side {
-            Side::Node => Ask::Change(side, &name),
-            Side::Container => Ask::Create(side, &name),
+        // made there is unaccounted for. Either way, during ADD only.
+        let out = match side {
+            Side::Node => {
+                let asks = [Ask::Change(side, id, &name), Ask::Create(side, &name)];
+                self.act(&asks, |net, journal| {
+                    let existed = net.link_by_name(id, &name).is_ok();
+                    let bridge = net.ensure_bridge(id, &name, mtu)?;
+                    let undo = match existed {
+                        true => None,
+                        false => journal.change(Undo::Bridge {
+                            name: name.clone(),
+                            id: bridge.id(),
+                        }),
+                    };
+                    Ok((bridge, undo.into_iter().collect()))
+                })?
+            }
+            Side::Container => {
+                let out = self.act(&[Ask::Create(side, &name)], |net, _| {
+                    Ok((net.ensure_bridge(id, &name, mtu)?, Vec::new()))
+                })?;
+                if let Ok(link) = &out {
+                    self.record_created(side, link);
+                }
+                out
+            }
         };
-        let out = self.act(&[ask], |net| net.ensure_bridge(id, &name, mtu))?;
-        if out.is_ok() && side == Side::Container {
-            self.record_created(side, &name);
-        }
         Ok(out.map(link_to_wit))
     }
 
@@ -354,11 +631,12 @@ impl HostNetns for Ctx {
         group: Option<u32>,
     ) -> R<Link> {
         let (side, id) = self.handle(&ns)?;
-        let out = self.act(&[Ask::Create(side, &name)], |net| {
-            net.create_tap(id, &name, mtu, mac.as_deref(), multi_queue, owner, group)
+        let out = self.act(&[Ask::CreateTap(side, &name, owner, group)], |net, _| {
+            let link = net.create_tap(id, &name, mtu, mac.as_deref(), multi_queue, owner, group)?;
+            Ok((link, Vec::new()))
         })?;
-        if out.is_ok() {
-            self.record_created(side, &name);
+        if let Ok(link) = &out {
+            self.record_created(side, link);
         }
         Ok(out.map(link_to_wit))
     }
@@ -366,21 +644,25 @@ impl HostNetns for Ctx {
     fn link_by_name(&mut self, ns: Resource<NetnsHandle>, name: String) -> R<Link> {
         let (_, id) = self.handle(&ns)?;
         Ok(self
-            .act(&[Ask::Read], |net| net.link_by_name(id, &name))?
+            .act(&[Ask::Read], |net, _| {
+                Ok((net.link_by_name(id, &name)?, Vec::new()))
+            })?
             .map(link_to_wit))
     }
 
     fn link_by_index(&mut self, ns: Resource<NetnsHandle>, index: u32) -> R<Link> {
         let (_, id) = self.handle(&ns)?;
         Ok(self
-            .act(&[Ask::Read], |net| net.link_by_index(id, index))?
+            .act(&[Ask::Read], |net, _| {
+                Ok((net.link_by_index(id, index)?, Vec::new()))
+            })?
             .map(link_to_wit))
     }
 
     fn list_links(&mut self, ns: Resource<NetnsHandle>) -> R<Vec<Link>> {
         let (_, id) = self.handle(&ns)?;
         Ok(self
-            .act(&[Ask::Read], |net| net.links(id))?
+            .act(&[Ask::Read], |net, _| Ok((net.links(id)?, Vec::new())))?
             .map(|v| v.into_iter().map(link_to_wit).collect()))
     }
 
@@ -392,9 +674,9 @@ impl HostNetns for Ctx {
     ) -> R<Link> {
         let (side, id) = self.handle(&ns)?;
         let master = settings.master.clone().unwrap_or_default();
-        let mut asks = vec![Ask::Change(side, &name)];
+        let mut asks = vec![Ask::Change(side, id, &name)];
         if !master.is_empty() {
-            asks.push(Ask::Enslave(side, &master));
+            asks.push(Ask::Enslave(side, id, &master));
         }
         let change = LinkChange {
             up: settings.up,
@@ -407,14 +689,64 @@ impl HostNetns for Ctx {
             hairpin: settings.hairpin,
         };
         Ok(self
-            .act(&asks, |net| net.set_link(id, &name, &change))?
+            .act(&asks, |net, journal| {
+                let restore = match journal.on() {
+                    true => {
+                        let before = net.link_by_name(id, &name)?;
+                        Some((before.index, restore_of(net, id, &before, &change)))
+                    }
+                    false => None,
+                };
+                // A bridge without a MAC of its own takes its ports': when
+                // the port goes, the bridge's MAC must come back too.
+                let bridge = match journal.on_at(1) {
+                    true => net.link_by_name(id, &master).ok(),
+                    false => None,
+                };
+                let after = net.set_link(id, &name, &change)?;
+                let mut undo: Vec<Change> = bridge
+                    .filter(|b| {
+                        b.mac
+                            != net
+                                .link_by_index(id, b.index)
+                                .map(|l| l.mac)
+                                .unwrap_or_default()
+                    })
+                    .and_then(|b| {
+                        journal.change_of(
+                            1,
+                            Undo::Link {
+                                name: b.name,
+                                index: b.index,
+                                restore: LinkChange {
+                                    mac: Some(b.mac),
+                                    ..LinkChange::default()
+                                },
+                            },
+                        )
+                    })
+                    .into_iter()
+                    .collect();
+                undo.extend(
+                    restore
+                        .filter(|(_, r)| *r != LinkChange::default())
+                        .and_then(|(index, restore)| {
+                            journal.change(Undo::Link {
+                                name: name.clone(),
+                                index,
+                                restore,
+                            })
+                        }),
+                );
+                Ok((after, undo))
+            })?
             .map(link_to_wit))
     }
 
     fn delete_link(&mut self, ns: Resource<NetnsHandle>, name: String) -> R<()> {
         let (side, id) = self.handle(&ns)?;
-        let out = self.act(&[Ask::Delete(side, &name)], |net| {
-            net.delete_link(id, &name)
+        let out = self.act(&[Ask::Delete(side, id, &name)], |net, _| {
+            Ok((net.delete_link(id, &name)?, Vec::new()))
         })?;
         if out.is_ok() || matches!(out, Err(WitError::NotFound(_))) {
             self.forget_created(side, &name);
@@ -423,23 +755,19 @@ impl HostNetns for Ctx {
     }
 
     fn add_address(&mut self, ns: Resource<NetnsHandle>, link: String, address: Address) -> R<()> {
-        let (side, id) = self.handle(&ns)?;
-        self.act(&[Ask::Change(side, &link)], |net| {
-            net.add_address(id, &link, &address.cidr.parse::<IpNet>()?)
-        })
+        self.address(ns, link, address, true)
     }
 
     fn del_address(&mut self, ns: Resource<NetnsHandle>, link: String, address: Address) -> R<()> {
-        let (side, id) = self.handle(&ns)?;
-        self.act(&[Ask::Change(side, &link)], |net| {
-            net.del_address(id, &link, &address.cidr.parse::<IpNet>()?)
-        })
+        self.address(ns, link, address, false)
     }
 
     fn list_addresses(&mut self, ns: Resource<NetnsHandle>, link: String) -> R<Vec<Address>> {
         let (_, id) = self.handle(&ns)?;
         Ok(self
-            .act(&[Ask::Read], |net| net.addresses(id, &link))?
+            .act(&[Ask::Read], |net, _| {
+                Ok((net.addresses(id, &link)?, Vec::new()))
+            })?
             .map(|v| {
                 v.into_iter()
                     .map(|a| Address {
@@ -465,25 +793,40 @@ impl HostNetns for Ctx {
     ) -> R<Vec<RouteSpec>> {
         let (_, id) = self.handle(&ns)?;
         Ok(self
-            .act(&[Ask::Read], |net| net.routes(id, &link, table))?
+            .act(&[Ask::Read], |net, _| {
+                Ok((net.routes(id, &link, table)?, Vec::new()))
+            })?
             .map(|v| v.into_iter().map(route_to_wit).collect()))
     }
 
     fn get_sysctl(&mut self, ns: Resource<NetnsHandle>, key: String) -> R<String> {
         let (side, id) = self.handle(&ns)?;
-        self.act(&[Ask::Sysctl(side, &key, false)], |net| {
-            net.sysctl_get(id, &key)
+        self.act(&[Ask::Sysctl(side, id, &key, false)], |net, _| {
+            Ok((net.sysctl_get(id, &key)?, Vec::new()))
         })
     }
 
     fn set_sysctl(&mut self, ns: Resource<NetnsHandle>, key: String, value: String) -> R<()> {
         let (side, id) = self.handle(&ns)?;
-        self.act(&[Ask::Sysctl(side, &key, true)], |net| {
-            net.sysctl_set(id, &key, &value)
+        self.act(&[Ask::Sysctl(side, id, &key, true)], |net, journal| {
+            let old = match journal.on() {
+                true => Some(net.sysctl_get(id, &key)?),
+                false => None,
+            };
+            net.sysctl_set(id, &key, &value)?;
+            let undo = old.filter(|old| *old != value.trim()).and_then(|old| {
+                journal.change(Undo::Sysctl {
+                    key: key.clone(),
+                    old,
+                    new: value.trim().to_string(),
+                })
+            });
+            Ok(((), undo.into_iter().collect()))
         })
     }
 
     fn drop(&mut self, ns: Resource<NetnsHandle>) -> wasmtime::Result<()> {
+        self.charge()?;
         self.table.delete(ns)?;
         Ok(())
     }
@@ -504,42 +847,45 @@ impl Ctx {
     ) -> R<Link> {
         let (side, id) = self.handle(&ns)?;
         let (target_side, target_id) = self.handle(&target)?;
+        let mode = mode_from_wit(mode);
         // The master is the plugin's to use only if its config names it, or
-        // it is the default-route link and the config names none.
+        // it is the default-route link and its type and config allow that.
         let named = self
             .access()
-            .map(|a| self.grants(a).change(side, &master).is_ok())
+            .map(|a| a.config.named.contains(&master) && side == Side::Node)
             .unwrap_or(false);
         let default_ok = !named && side == Side::Node && self.is_default_master(id, &master);
-        let mut asks = vec![Ask::Create(target_side, &name)];
+        let mut asks = vec![Ask::CreateMacvlan(target_side, &name, mode)];
         if !default_ok {
-            asks.push(Ask::Change(side, &master));
+            asks.push(Ask::Change(side, id, &master));
         }
-        let out = self.act(&asks, |net| {
-            net.create_macvlan(
+        let out = self.act(&asks, |net, _| {
+            let link = net.create_macvlan(
                 id,
                 &name,
                 &master,
-                mode_from_wit(mode),
+                mode,
                 mtu,
                 mac.as_deref(),
                 target_id,
                 tap,
-            )
+            )?;
+            Ok((link, Vec::new()))
         })?;
-        if out.is_ok() {
-            self.record_created(target_side, &name);
+        if let Ok(link) = &out {
+            self.record_created(target_side, link);
         }
         Ok(out.map(link_to_wit))
     }
 
-    /// Whether the config lets `master` be used by default: it names no
-    /// master and `master` carries the node's default route.
+    /// Whether `master` may be used by default: the plugin's type defaults
+    /// to the default-route link, its config names no master, and `master`
+    /// carries the node's default route.
     fn is_default_master(&self, node: NsId, master: &str) -> bool {
         let Some(access) = &self.net else {
             return false;
         };
-        if !access.default_master {
+        if !access.config.default_master {
             return false;
         }
         let Ok(mut net) = access.backend.lock() else {
@@ -550,19 +896,64 @@ impl Ctx {
             .unwrap_or(false)
     }
 
+    fn address(
+        &mut self,
+        ns: Resource<NetnsHandle>,
+        link: String,
+        address: Address,
+        add: bool,
+    ) -> R<()> {
+        let (side, id) = self.handle(&ns)?;
+        let addr = match address.cidr.parse::<IpNet>() {
+            Ok(a) => a,
+            Err(e) => {
+                self.charge()?;
+                return Ok(Err(to_wit(e)));
+            }
+        };
+        self.act(
+            &[Ask::Address(side, id, &link, &addr, add)],
+            |net, journal| {
+                if add {
+                    net.add_address(id, &link, &addr)?;
+                } else {
+                    net.del_address(id, &link, &addr)?;
+                }
+                let undo = journal.change(Undo::Address {
+                    link: link.clone(),
+                    addr,
+                    added: add,
+                });
+                Ok(((), undo.into_iter().collect()))
+            },
+        )
+    }
+
     fn route(&mut self, ns: Resource<NetnsHandle>, route: RouteSpec, add: bool) -> R<()> {
         let (side, id) = self.handle(&ns)?;
         let Some(dev) = route.dev.clone() else {
             self.charge()?;
             return Ok(Err(self.refuse("a route must name its device".into())));
         };
-        self.act(&[Ask::Change(side, &dev)], |net| {
-            let r = route_from_wit(&route)?;
-            if add {
-                net.add_route(id, &r)
-            } else {
-                net.del_route(id, &r)
+        let r = match route_from_wit(&route) {
+            Ok(r) => r,
+            Err(e) => {
+                self.charge()?;
+                return Ok(Err(to_wit(e)));
             }
+        };
+        let ask = Ask::Route(side, id, &dev, &r.dst, r.table, add);
+        self.act(&[ask], |net, journal| {
+            if add {
+                net.add_route(id, &r)?;
+            } else {
+                net.del_route(id, &r)?;
+            }
+            let undo = journal.change(Undo::Route {
+                route: r.clone(),
+                added: add,
+            });
+            Ok(((), undo.into_iter().collect()))
         })
     }
 }

@@ -14,18 +14,36 @@ type R<T> = wasmtime::Result<Result<T, StoreError>>;
 /// Bounds on what a plugin can make the host keep.
 const MAX_VALUE_BYTES: usize = 64 << 10;
 const MAX_ITEMS: usize = 1 << 20;
-/// What one scope may hold in all, roughly as stored: without it, a call
+/// What one scope may hold in all, as stored: without it, a call
 /// could write `hostCallBudget` values of 64 KiB each (650 MB by default)
 /// to the state directory. Room for a fully used /16 pool of host-local
 /// entries (about 130 bytes each) with plenty to spare.
 pub(crate) const MAX_SCOPE_BYTES: usize = 32 << 20;
 
-fn entry_bytes(key: &str, e: &Entry) -> usize {
-    key.len() + e.owner.container_id.len() + e.owner.ifname.len() + 96
+/// Bytes `s` takes as a JSON string, quotes included, escaped the way the
+/// store writes it (serde_json): `"` and `\\` and the five short escapes
+/// take two bytes, other control characters six (`\u00XX`). The quota
+/// counts what is written, not what the plugin passed.
+pub(crate) fn json_len(s: &str) -> usize {
+    2 + s
+        .bytes()
+        .map(|b| match b {
+            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
+            0..=0x1f => 6,
+            _ => 1,
+        })
+        .sum::<usize>()
 }
 
+/// An entry as written: `"key":{"owner":{"containerId":..,"ifname":..},
+/// "allocatedAt":N,"releasedAt":N},` with both numbers at their longest.
+fn entry_bytes(key: &str, e: &Entry) -> usize {
+    json_len(key) + json_len(&e.owner.container_id) + json_len(&e.owner.ifname) + 110
+}
+
+/// A value as written: `"name":"value",`.
 fn value_bytes(name: &str, value: &str) -> usize {
-    name.len() + value.len() + 8
+    json_len(name) + json_len(value) + 2
 }
 
 /// The size of a scope as [`MAX_SCOPE_BYTES`] counts it.
@@ -69,10 +87,17 @@ impl Ctx {
         let owner = access.owner.clone();
         let command = access.command;
         if self.txn.is_none() {
-            match access.backend.begin(&access.scope) {
+            match access.backend.begin_by(&access.scope, Some(self.deadline)) {
                 Ok(mut t) => {
                     self.scope_bytes = scope_bytes(t.data());
                     self.txn = Some(t);
+                }
+                // Waiting took the whole deadline: nothing is left for the
+                // plugin to do, and the runtime should retry (code 11).
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                    self.store_busy =
+                        Some(format!("{}/{}", access.scope.network, access.scope.plugin));
+                    return Err(wasmtime::Error::msg("store scope busy until the deadline"));
                 }
                 Err(e) => return Ok(Err(StoreError::Io(e.to_string()))),
             }
@@ -231,5 +256,47 @@ impl Host for Ctx {
             }
             Ok(())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_len_is_what_serde_json_writes() {
+        for s in [
+            "",
+            "10.1.2.3",
+            "a\"b\\c",
+            "\n\r\t\u{8}\u{c}",
+            "\u{0}\u{1}\u{1f}\u{7f}",
+            "é€😀",
+        ] {
+            let written = serde_json::to_string(s).unwrap();
+            assert_eq!(json_len(s), written.len(), "{s:?} -> {written}");
+        }
+    }
+
+    #[test]
+    fn the_count_bounds_the_scope_as_written() {
+        let mut data = ScopeData::default();
+        data.values.insert("k\u{1}".into(), "\u{0}".repeat(1000));
+        data.entries.insert(
+            "10.0.0.2".into(),
+            Entry {
+                owner: Owner {
+                    container_id: "c\u{2}".into(),
+                    ifname: "eth0".into(),
+                },
+                allocated_at: u64::MAX,
+                released_at: Some(u64::MAX),
+            },
+        );
+        // The count covers all but the envelope, `{"entries":{},"values":{}}`.
+        let written = serde_json::to_vec(&data).unwrap().len();
+        let counted = scope_bytes(&data);
+        assert!(counted + 27 >= written, "{counted} + 27 < {written}");
+        assert!(counted <= written + 100, "{counted} > {written} + 100");
     }
 }

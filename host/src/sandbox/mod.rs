@@ -13,12 +13,13 @@ pub mod cache;
 pub mod convert;
 #[cfg(feature = "fake")]
 pub mod harness;
+mod host_clocks;
 mod host_files;
 mod host_ipam;
 mod host_log;
 pub(crate) mod host_network;
 pub mod policy;
-pub use host_network::{CreatedLinks, NetAccess};
+pub use host_network::{Change, CreatedLinks, Ledger, NetAccess, OnCreated, Undo};
 mod host_store;
 pub mod limits;
 mod state;
@@ -28,6 +29,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use sha2::{Digest, Sha256};
 use wasmtime::component::Linker;
@@ -46,8 +48,9 @@ use crate::cni::CniError;
 /// executor implements this for the attachment being processed; the sandbox
 /// only forwards.
 pub trait Services: Send + Sync {
-    /// Run the calling plugin's IPAM delegate for `op`.
-    fn ipam(&self, op: IpamOp) -> Result<Option<CniResultWit>, CniError>;
+    /// Run the calling plugin's IPAM delegate for `op`, within the caller's
+    /// `deadline` (time in the delegate counts toward it).
+    fn ipam(&self, op: IpamOp, deadline: Instant) -> Result<Option<CniResultWit>, CniError>;
     /// The state-store scope for this call, if it may use one.
     fn store(&self) -> Option<StoreAccess>;
     /// Kernel networking for this call, if it may use it.
@@ -165,6 +168,12 @@ pub enum AbortCause {
         limit: u64,
         size: u64,
     },
+    /// Another call held the plugin's store scope until this one's
+    /// deadline: a transient condition, reported as "try again later".
+    StoreBusy {
+        scope: String,
+        waited_ms: u64,
+    },
     Trap(String),
 }
 
@@ -182,6 +191,10 @@ impl fmt::Display for AbortCause {
             AbortCause::ResultTooLarge { what, limit, size } => {
                 write!(f, "{what} of {size} bytes exceeds maxResultBytes ({limit})")
             }
+            AbortCause::StoreBusy { scope, waited_ms } => write!(
+                f,
+                "its state {scope} stayed locked by another call for {waited_ms} ms, until its deadline"
+            ),
             AbortCause::Trap(msg) => write!(f, "trapped: {msg}"),
         }
     }
@@ -230,6 +243,14 @@ impl Runtime {
         let mut linker = Linker::new(&engine);
         PluginHost::add_to_linker::<Ctx, wasmtime::component::HasSelf<Ctx>>(&mut linker, |c| c)?;
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        // The monotonic clock is the host's own: its sleeps end by the
+        // call's deadline (host_clocks.rs).
+        linker.allow_shadowing(true);
+        wasmtime_wasi::p2::bindings::clocks::monotonic_clock::add_to_linker::<
+            Ctx,
+            wasmtime::component::HasSelf<Ctx>,
+        >(&mut linker, |c| c)?;
+        linker.allow_shadowing(false);
         let cache = ArtifactCache::new(cache_dir, &engine);
         let ticker = Ticker::start(&engine);
         Ok(Runtime {
@@ -366,10 +387,15 @@ impl Runtime {
         call: Call<'_>,
     ) -> Result<Option<wit::CniResult>, CallError> {
         let verb = call.verb();
+        let started = std::time::Instant::now();
+        let deadline = started
+            .checked_add(std::time::Duration::from_millis(limits.deadline_ms))
+            .unwrap_or(started + std::time::Duration::from_secs(86_400));
         let mut ctx = Ctx::new(
             &plugin.name,
             MemoryCap::new(limits.memory_bytes),
             limits.host_call_budget,
+            deadline,
             services,
         );
         ctx.config_files = host_files::allowed_paths(call.config());
@@ -377,6 +403,7 @@ impl Runtime {
         store.limiter(|c| &mut c.memory);
         store.set_epoch_deadline(limits.deadline_ticks());
         store.epoch_deadline_trap();
+        store.call_hook(state::budget_hook);
 
         let outcome = plugin.pre.instantiate(&mut store).and_then(|inst| {
             let g = inst.cni_plugin_plugin();
@@ -400,6 +427,15 @@ impl Runtime {
         // known to be within the limit: an oversized answer is an abort,
         // whether it is a result or an error.
         let outcome = match outcome {
+            // The epoch interrupt stops wasm code a little after the
+            // deadline, and a plugin the host woke at its deadline may run
+            // on to an answer: either way, an answer that comes late is not
+            // taken (nor its state committed).
+            Ok(_) if std::time::Instant::now() > deadline => {
+                return Err(aborted(AbortCause::Deadline {
+                    ms: limits.deadline_ms,
+                }))
+            }
             Ok(answer) => {
                 let (what, size) = match &answer {
                     Ok(Some(r)) => ("result", wit_result_size(r)),
@@ -443,7 +479,12 @@ impl Runtime {
             }),
             Err(err) => {
                 let ctx = store.data();
-                let cause = if let Some(wanted) = ctx.memory.exceeded {
+                let cause = if let Some(scope) = &ctx.store_busy {
+                    AbortCause::StoreBusy {
+                        scope: scope.clone(),
+                        waited_ms: started.elapsed().as_millis() as u64,
+                    }
+                } else if let Some(wanted) = ctx.memory.exceeded {
                     AbortCause::Memory {
                         limit: limits.memory_bytes,
                         wanted: wanted as u64,
@@ -452,7 +493,7 @@ impl Runtime {
                     AbortCause::HostCalls {
                         budget: limits.host_call_budget,
                     }
-                } else if err.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
+                } else if ctx.deadline_hit || err.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
                     AbortCause::Deadline {
                         ms: limits.deadline_ms,
                     }

@@ -1,6 +1,8 @@
 //! What a plugin may do to the kernel for its attachment: the one choke
 //! point every `network` import passes through before the host acts.
 //!
+//! * Verbs: links are created during ADD only; ADD and DEL may change and
+//!   delete; CHECK, STATUS and GC only read.
 //! * Container namespace: create only CNI_IFNAME; change or delete
 //!   CNI_IFNAME, `lo` and links this attachment created; a bridge the
 //!   plugin's config names (the reference tap's `bridge` lives there) may
@@ -8,16 +10,31 @@
 //! * Node namespace: create links under fresh names (they become the
 //!   attachment's); change or enslave links the attachment created and
 //!   links the plugin's own config names (`bridge`, `master`); delete only
-//!   links the attachment created.
-//! * Reading is always allowed.
+//!   links the attachment created. Addresses added and routes added there
+//!   must lie inside the networks of the attachment's own addresses (what
+//!   its IPAM handed out), and routes go to the main table.
+//! * A link the attachment created is known by name, ifindex and kind: the
+//!   caller checks the live link against [`Basis::Created`] before acting.
+//! * macvlan/macvtap go into the container namespace only; passthru mode
+//!   (which takes the master over) only when the config says so; the
+//!   node's default-route link is a master only for the plugin types that
+//!   default to it, when their config names none. Taps are made in the
+//!   container namespace only, owned by no one or by the owner and group
+//!   the config names.
+//! * Routes never go to the `local` (255), `default` (253) or unspecified
+//!   (0) tables.
 //! * Sysctls: keys under `net.` only. Per-interface keys (`net.ipv4.conf.X.…`
 //!   and friends) only for links the plugin may change; in the node
 //!   namespace, global keys only from a short list of forwarding switches.
+//! * Reading is always allowed.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::cni::Command;
+use crate::net::{IpNet, LinkId, MacvlanMode, RT_TABLE_MAIN};
 
 /// Which namespace a handle names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Side {
     Container,
     Node,
@@ -34,7 +51,7 @@ impl Side {
 
 /// Node-side global sysctls a plugin may write: bridge and ptp turn on
 /// forwarding, as the reference plugins do.
-const NODE_GLOBAL_SYSCTLS: &[&str] = &["net.ipv4.ip_forward", "net.ipv6.conf.all.forwarding"];
+pub const NODE_GLOBAL_SYSCTLS: &[&str] = &["net.ipv4.ip_forward", "net.ipv6.conf.all.forwarding"];
 
 /// Sysctl subtrees keyed by interface name.
 const PER_INTERFACE: &[&str] = &[
@@ -44,32 +61,85 @@ const PER_INTERFACE: &[&str] = &[
     "net.ipv6.neigh.",
 ];
 
-/// What one plugin call may touch.
+/// Routing tables no plugin writes: unspecified, `default` and `local` (the
+/// kernel's own, which decides what the namespace itself answers for).
+const RESERVED_TABLES: &[u32] = &[0, 253, 255];
+
+/// Plugin types whose reference implementation uses the node's default-route
+/// link as the master when the config names none.
+pub const DEFAULT_MASTER_TYPES: &[&str] = &["macvlan", "macvtap", "ipvlan"];
+
+/// What the plugin's own config grants, fixed for the call.
 #[derive(Debug, Clone, Default)]
-pub struct Grants {
-    /// CNI_IFNAME.
-    pub ifname: String,
-    /// Links the plugin's config names (`bridge`, `master`): changeable in
-    /// the node namespace; in the container namespace only usable as a
-    /// bridge master ([`Grants::enslave`]).
-    pub config_named: BTreeSet<String>,
-    /// Links this attachment created, per side.
-    pub created_node: BTreeSet<String>,
-    pub created_container: BTreeSet<String>,
+pub struct ConfigGrants {
+    /// Links the config names (`bridge`, `master`): changeable in the node
+    /// namespace; in the container namespace only usable as a bridge master.
+    pub named: BTreeSet<String>,
+    /// The plugin may use the node's default-route link as a master (its
+    /// type defaults to it and the config names no `master`).
+    pub default_master: bool,
+    /// The config asks for `"mode": "passthru"`.
+    pub passthru: bool,
+    /// `owner` and `group` from the config (taps).
+    pub tap_owner: Option<u32>,
+    pub tap_group: Option<u32>,
 }
 
-pub type Verdict = Result<(), String>;
+/// What one plugin call may touch.
+#[derive(Debug, Clone)]
+pub struct Grants {
+    pub command: Command,
+    /// CNI_IFNAME.
+    pub ifname: String,
+    pub config: ConfigGrants,
+    /// Links this attachment created, per side, with their identity.
+    pub created_node: BTreeMap<String, LinkId>,
+    pub created_container: BTreeMap<String, LinkId>,
+    /// Networks of the attachment's own addresses.
+    pub own_nets: Vec<IpNet>,
+}
+
+/// Why an operation on a link is allowed. [`Basis::Created`] holds only if
+/// the link of that name still is the one the attachment created: the
+/// caller checks its identity before acting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Basis {
+    /// CNI_IFNAME or `lo` in the container, a link the config names, or
+    /// no link at all (a namespace-wide sysctl).
+    Granted,
+    /// The link of this name the attachment created.
+    Created(String, LinkId),
+}
+
+pub type Verdict<T = ()> = Result<T, String>;
 
 impl Grants {
-    fn created(&self, side: Side) -> &BTreeSet<String> {
+    fn created(&self, side: Side) -> &BTreeMap<String, LinkId> {
         match side {
             Side::Container => &self.created_container,
             Side::Node => &self.created_node,
         }
     }
 
+    /// Changes are for ADD (which makes them) and DEL (which undoes them).
+    fn may_write(&self, what: &str) -> Verdict {
+        match self.command {
+            Command::Add | Command::Del => Ok(()),
+            c => Err(format!(
+                "{what} is not allowed during {}: it only reads",
+                c.as_str()
+            )),
+        }
+    }
+
     /// May the plugin create a link named `name` on `side`?
     pub fn create(&self, side: Side, name: &str) -> Verdict {
+        if self.command != Command::Add {
+            return Err(format!(
+                "creating link {name:?} is not allowed during {}: links are created during ADD only",
+                self.command.as_str()
+            ));
+        }
         match side {
             Side::Container if name == self.ifname => Ok(()),
             Side::Container => Err(format!(
@@ -82,19 +152,72 @@ impl Grants {
         }
     }
 
+    /// A tap: in the container only (it is for the VM there), owned by no
+    /// one or as the config says.
+    pub fn create_tap(
+        &self,
+        side: Side,
+        name: &str,
+        owner: Option<u32>,
+        group: Option<u32>,
+    ) -> Verdict {
+        self.create(side, name)?;
+        if side == Side::Node {
+            return Err(format!(
+                "tap {name:?}: taps are made in the container namespace only"
+            ));
+        }
+        for (what, asked, configured) in [
+            ("owner", owner, self.config.tap_owner),
+            ("group", group, self.config.tap_group),
+        ] {
+            if asked.is_some() && asked != configured {
+                return Err(format!(
+                    "tap {name:?}: {what} {} is not the one the config names",
+                    asked.map_or_else(String::new, |v| v.to_string())
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A macvlan or macvtap named `name` on `target`, in `mode`.
+    pub fn create_macvlan(&self, target: Side, name: &str, mode: MacvlanMode) -> Verdict {
+        self.create(target, name)?;
+        if target != Side::Container {
+            return Err(format!(
+                "{name:?}: a macvlan or macvtap goes into the container namespace only"
+            ));
+        }
+        if mode == MacvlanMode::Passthru && !self.config.passthru {
+            return Err(format!(
+                "{name:?}: passthru mode takes the master over; the config must ask for it (\"mode\": \"passthru\")"
+            ));
+        }
+        Ok(())
+    }
+
     /// May the plugin change `name` (state, addresses, routes, master)?
-    pub fn change(&self, side: Side, name: &str) -> Verdict {
-        let ok = match side {
+    pub fn change(&self, side: Side, name: &str) -> Verdict<Basis> {
+        self.may_write(&format!("changing link {name:?}"))?;
+        self.reach(side, name)
+    }
+
+    /// Whether `name` is the attachment's, whatever the verb.
+    fn reach(&self, side: Side, name: &str) -> Verdict<Basis> {
+        let granted = match side {
             Side::Container => name == self.ifname || name == "lo",
-            Side::Node => self.config_named.contains(name),
-        } || self.created(side).contains(name);
-        if ok {
-            Ok(())
-        } else {
-            Err(format!(
+            Side::Node => self.config.named.contains(name),
+        };
+        if granted {
+            return Ok(Basis::Granted);
+        }
+        match self.created(side).get(name) {
+            Some(id) => Ok(Basis::Created(name.to_string(), id.clone())),
+            None => Err(format!(
                 "link {name:?} in the {} namespace does not belong to this attachment",
                 side.as_str()
-            ))
+            )),
         }
     }
 
@@ -103,38 +226,98 @@ impl Grants {
     /// its config names: joining a bridge adds a port and changes nothing
     /// else of it (the backend accepts only bridges as masters), and the
     /// name comes from the config, not from the plugin.
-    pub fn enslave(&self, side: Side, bridge: &str) -> Verdict {
-        if side == Side::Container && self.config_named.contains(bridge) {
-            return Ok(());
+    pub fn enslave(&self, side: Side, bridge: &str) -> Verdict<Basis> {
+        if side == Side::Container && self.config.named.contains(bridge) {
+            self.may_write(&format!("using {bridge:?} as a master"))?;
+            return Ok(Basis::Granted);
         }
         self.change(side, bridge)
             .map_err(|why| format!("may not use {bridge:?} as a master: {why}"))
     }
 
     /// May the plugin delete `name`?
-    pub fn delete(&self, side: Side, name: &str) -> Verdict {
-        let ok = match side {
-            Side::Container => name == self.ifname,
-            Side::Node => false,
-        } || self.created(side).contains(name);
-        if ok {
-            Ok(())
-        } else {
-            Err(format!(
+    pub fn delete(&self, side: Side, name: &str) -> Verdict<Basis> {
+        self.may_write(&format!("deleting link {name:?}"))?;
+        if side == Side::Container && name == self.ifname {
+            return Ok(Basis::Granted);
+        }
+        match self.created(side).get(name) {
+            Some(id) => Ok(Basis::Created(name.to_string(), id.clone())),
+            None => Err(format!(
                 "may not delete {name:?} in the {} namespace: not created for this attachment",
                 side.as_str()
+            )),
+        }
+    }
+
+    /// May the plugin add (`add`) or delete `addr` on `link`?
+    pub fn address(&self, side: Side, link: &str, addr: &IpNet, add: bool) -> Verdict<Basis> {
+        let basis = self.change(side, link)?;
+        if add && side == Side::Node {
+            self.own(&format!("address {addr} on {link:?}"), addr)?;
+        }
+        Ok(basis)
+    }
+
+    /// May the plugin add (`add`) or delete a route to `dst` through `dev`
+    /// in `table`?
+    pub fn route(
+        &self,
+        side: Side,
+        dev: &str,
+        dst: &IpNet,
+        table: Option<u32>,
+        add: bool,
+    ) -> Verdict<Basis> {
+        let table = table.unwrap_or(RT_TABLE_MAIN);
+        if RESERVED_TABLES.contains(&table) {
+            return Err(format!("route to {dst}: table {table} is the kernel's own"));
+        }
+        if side == Side::Node && table != RT_TABLE_MAIN {
+            return Err(format!(
+                "route to {dst}: in the node namespace only the main table ({RT_TABLE_MAIN}), not {table}"
+            ));
+        }
+        let basis = self.change(side, dev)?;
+        if add && side == Side::Node {
+            self.own(&format!("route to {dst} via {dev:?}"), dst)?;
+        }
+        Ok(basis)
+    }
+
+    /// `net` must lie inside a network of one of the attachment's addresses:
+    /// the node-side addresses and routes a plugin makes (a gateway on the
+    /// bridge, ptp's host route) are for its own pod, never for the node's
+    /// other traffic.
+    fn own(&self, what: &str, net: &IpNet) -> Verdict {
+        let inside = self.own_nets.iter().any(|own| {
+            own.is_ipv4() == net.is_ipv4() && own.prefix <= net.prefix && own.contains(&net.addr)
+        });
+        if inside {
+            Ok(())
+        } else {
+            let owned: Vec<String> = self
+                .own_nets
+                .iter()
+                .map(|n| n.trunc().to_string())
+                .collect();
+            Err(format!(
+                "{what} in the node namespace is outside the attachment's networks [{}]",
+                owned.join(", ")
             ))
         }
     }
 
-    /// May the plugin read (`write` false) or write sysctl `key`?
-    pub fn sysctl(&self, side: Side, key: &str, write: bool) -> Verdict {
+    /// May the plugin read (`write` false) or write sysctl `key`? A grant
+    /// on an interface the attachment created is returned as its basis.
+    pub fn sysctl(&self, side: Side, key: &str, write: bool) -> Verdict<Basis> {
         if !key.starts_with("net.") || key.contains("..") || key.ends_with('.') {
             return Err(format!("sysctl {key:?} is outside net."));
         }
         if !write {
-            return Ok(());
+            return Ok(Basis::Granted);
         }
+        self.may_write(&format!("writing sysctl {key:?}"))?;
         if let Some(rest) = PER_INTERFACE.iter().find_map(|p| key.strip_prefix(p)) {
             // The setting name has no dots, so the interface is what lies
             // between the subtree and the last dot.
@@ -142,22 +325,22 @@ impl Grants {
                 return Err(format!("sysctl {key:?} names no interface"));
             };
             if side == Side::Node && NODE_GLOBAL_SYSCTLS.contains(&key) {
-                return Ok(());
+                return Ok(Basis::Granted);
             }
             return match (side, ifname) {
                 // The container namespace is the attachment's own.
-                (Side::Container, "all" | "default") => Ok(()),
+                (Side::Container, "all" | "default") => Ok(Basis::Granted),
                 (Side::Node, "all" | "default") => Err(format!(
                     "sysctl {key:?} would change every interface of the node"
                 )),
                 _ => self
-                    .change(side, ifname)
+                    .reach(side, ifname)
                     .map_err(|why| format!("sysctl {key:?}: {why}")),
             };
         }
         match side {
-            Side::Container => Ok(()),
-            Side::Node if NODE_GLOBAL_SYSCTLS.contains(&key) => Ok(()),
+            Side::Container => Ok(Basis::Granted),
+            Side::Node if NODE_GLOBAL_SYSCTLS.contains(&key) => Ok(Basis::Granted),
             Side::Node => Err(format!("sysctl {key:?} is a node-wide setting")),
         }
     }
@@ -167,21 +350,37 @@ impl Grants {
 mod tests {
     use super::*;
 
-    fn grants() -> Grants {
+    fn id(index: u32) -> LinkId {
+        LinkId {
+            index,
+            kind: "veth".into(),
+        }
+    }
+
+    fn grants(command: Command) -> Grants {
         Grants {
+            command,
             ifname: "eth0".into(),
-            config_named: ["cni0".to_string()].into(),
-            created_node: ["veth0123abcd".to_string()].into(),
-            created_container: BTreeSet::new(),
+            config: ConfigGrants {
+                named: ["cni0".to_string()].into(),
+                tap_owner: Some(1000),
+                ..ConfigGrants::default()
+            },
+            created_node: [("veth0123abcd".to_string(), id(7))].into(),
+            created_container: BTreeMap::new(),
+            own_nets: vec![
+                "10.1.2.5/24".parse().unwrap(),
+                "fd00::5/64".parse().unwrap(),
+            ],
         }
     }
 
     #[test]
     fn container_side() {
-        let g = grants();
+        let g = grants(Command::Add);
         assert!(g.create(Side::Container, "eth0").is_ok());
         assert!(g.create(Side::Container, "eth1").is_err());
-        assert!(g.change(Side::Container, "eth0").is_ok());
+        assert_eq!(g.change(Side::Container, "eth0"), Ok(Basis::Granted));
         assert!(g.change(Side::Container, "lo").is_ok());
         assert!(g.change(Side::Container, "eth1").is_err());
         assert!(g.delete(Side::Container, "eth0").is_ok());
@@ -191,21 +390,148 @@ mod tests {
 
     #[test]
     fn node_side() {
-        let g = grants();
+        let g = grants(Command::Add);
         assert!(g.create(Side::Node, "vethnew").is_ok());
-        assert!(g.change(Side::Node, "cni0").is_ok());
-        assert!(g.change(Side::Node, "veth0123abcd").is_ok());
+        assert_eq!(g.change(Side::Node, "cni0"), Ok(Basis::Granted));
+        // A created link is granted as that link, to be checked.
+        assert_eq!(
+            g.change(Side::Node, "veth0123abcd"),
+            Ok(Basis::Created("veth0123abcd".into(), id(7)))
+        );
         assert!(g.change(Side::Node, "lo").is_err());
         assert!(g.change(Side::Node, "eth0").is_err());
-        assert!(g.delete(Side::Node, "veth0123abcd").is_ok());
+        assert_eq!(
+            g.delete(Side::Node, "veth0123abcd"),
+            Ok(Basis::Created("veth0123abcd".into(), id(7)))
+        );
         // Config-named links may be changed but never deleted.
         assert!(g.delete(Side::Node, "cni0").is_err());
         assert!(g.delete(Side::Node, "lo").is_err());
     }
 
     #[test]
+    fn only_add_creates_and_only_add_and_del_write() {
+        for command in [Command::Check, Command::Del, Command::Gc, Command::Status] {
+            let g = grants(command);
+            let err = g.create(Side::Node, "vethnew").unwrap_err();
+            assert!(err.contains("during ADD only"), "{err}");
+            assert!(g.create(Side::Container, "eth0").is_err());
+        }
+        let del = grants(Command::Del);
+        assert!(del.change(Side::Container, "eth0").is_ok());
+        assert!(del.delete(Side::Node, "veth0123abcd").is_ok());
+        assert!(del
+            .sysctl(Side::Container, "net.ipv4.conf.eth0.arp_notify", true)
+            .is_ok());
+        for command in [Command::Check, Command::Gc, Command::Status] {
+            let g = grants(command);
+            assert!(g.change(Side::Container, "eth0").is_err());
+            assert!(g.delete(Side::Container, "eth0").is_err());
+            assert!(g.enslave(Side::Container, "cni0").is_err());
+            assert!(g
+                .sysctl(Side::Container, "net.ipv4.conf.eth0.arp_notify", true)
+                .is_err());
+            // Reading stays allowed.
+            assert!(g.sysctl(Side::Node, "net.ipv4.ip_forward", false).is_ok());
+        }
+    }
+
+    #[test]
+    fn taps_only_in_the_container_with_the_configured_owner() {
+        let g = grants(Command::Add);
+        assert!(g.create_tap(Side::Container, "eth0", None, None).is_ok());
+        assert!(g
+            .create_tap(Side::Container, "eth0", Some(1000), None)
+            .is_ok());
+        assert!(g
+            .create_tap(Side::Container, "eth0", Some(0), None)
+            .is_err());
+        assert!(g
+            .create_tap(Side::Container, "eth0", None, Some(5))
+            .is_err());
+        assert!(g.create_tap(Side::Node, "tapx", None, None).is_err());
+    }
+
+    #[test]
+    fn macvlans_go_into_the_container_and_passthru_needs_the_config() {
+        let mut g = grants(Command::Add);
+        assert!(g
+            .create_macvlan(Side::Container, "eth0", MacvlanMode::Bridge)
+            .is_ok());
+        assert!(g
+            .create_macvlan(Side::Node, "mv0", MacvlanMode::Bridge)
+            .is_err());
+        assert!(g
+            .create_macvlan(Side::Container, "eth0", MacvlanMode::Passthru)
+            .is_err());
+        g.config.passthru = true;
+        assert!(g
+            .create_macvlan(Side::Container, "eth0", MacvlanMode::Passthru)
+            .is_ok());
+    }
+
+    #[test]
+    fn node_addresses_and_routes_stay_inside_the_attachments_networks() {
+        let g = grants(Command::Add);
+        let net = |s: &str| s.parse::<IpNet>().unwrap();
+        assert!(g
+            .address(Side::Node, "cni0", &net("10.1.2.1/24"), true)
+            .is_ok());
+        assert!(g
+            .address(Side::Node, "cni0", &net("10.1.2.1/32"), true)
+            .is_ok());
+        assert!(g
+            .address(Side::Node, "cni0", &net("10.1.2.1/16"), true)
+            .is_err());
+        assert!(g
+            .address(Side::Node, "cni0", &net("192.168.1.10/24"), true)
+            .is_err());
+        // Removing is not adding (forceAddress replaces a bridge address).
+        assert!(g
+            .address(Side::Node, "cni0", &net("192.168.1.10/24"), false)
+            .is_ok());
+        // The container's addresses are the pod's business.
+        assert!(g
+            .address(Side::Container, "eth0", &net("192.168.1.10/24"), true)
+            .is_ok());
+        assert!(g
+            .route(Side::Node, "veth0123abcd", &net("10.1.2.5/32"), None, true)
+            .is_ok());
+        assert!(g
+            .route(Side::Node, "veth0123abcd", &net("fd00::5/128"), None, true)
+            .is_ok());
+        for dst in ["0.0.0.0/1", "128.0.0.0/1", "0.0.0.0/0", "10.0.0.0/8"] {
+            let err = g
+                .route(Side::Node, "cni0", &net(dst), None, true)
+                .unwrap_err();
+            assert!(err.contains("outside the attachment's networks"), "{err}");
+        }
+        assert!(g
+            .route(Side::Node, "cni0", &net("10.1.2.0/24"), Some(254), true)
+            .is_ok());
+    }
+
+    #[test]
+    fn route_tables() {
+        let g = grants(Command::Add);
+        let dst: IpNet = "10.1.2.5/32".parse().unwrap();
+        for table in [0, 253, 255] {
+            assert!(g
+                .route(Side::Container, "eth0", &dst, Some(table), true)
+                .is_err());
+            assert!(g
+                .route(Side::Node, "cni0", &dst, Some(table), true)
+                .is_err());
+        }
+        assert!(g
+            .route(Side::Container, "eth0", &dst, Some(100), true)
+            .is_ok());
+        assert!(g.route(Side::Node, "cni0", &dst, Some(100), true).is_err());
+    }
+
+    #[test]
     fn config_named_container_bridge_is_a_master_only() {
-        let g = grants();
+        let g = grants(Command::Add);
         // cni0 is config-named: in the container it may become a master...
         assert!(g.enslave(Side::Container, "cni0").is_ok());
         // ...but is not changed, deleted or its sysctls written.
@@ -226,7 +552,7 @@ mod tests {
 
     #[test]
     fn sysctls() {
-        let g = grants();
+        let g = grants(Command::Add);
         assert!(g.sysctl(Side::Node, "kernel.hostname", false).is_err());
         assert!(g.sysctl(Side::Container, "kernel.shmmax", true).is_err());
         assert!(g
@@ -250,9 +576,10 @@ mod tests {
             .is_err());
         assert!(g.sysctl(Side::Node, "net.core.somaxconn", true).is_err());
         assert!(g.sysctl(Side::Node, "net.core.somaxconn", false).is_ok());
-        assert!(g
-            .sysctl(Side::Node, "net.ipv4.conf.veth0123abcd.accept_ra", true)
-            .is_ok());
+        assert_eq!(
+            g.sysctl(Side::Node, "net.ipv4.conf.veth0123abcd.accept_ra", true),
+            Ok(Basis::Created("veth0123abcd".into(), id(7)))
+        );
         assert!(g
             .sysctl(Side::Node, "net.ipv6.conf.cni0.accept_ra", true)
             .is_ok());

@@ -1,6 +1,7 @@
 //! The data of one plugin call's `Store`: what the host imports work with.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
@@ -31,6 +32,16 @@ pub struct Ctx {
     pub(crate) plugin: String,
     host_calls_left: u64,
     pub(crate) host_calls_exhausted: bool,
+    /// When the call must be over: every wait the host does for the plugin
+    /// (a WASI sleep, the store lock, an IPAM delegate) ends by then.
+    pub(crate) deadline: Instant,
+    /// The host stopped the plugin at its deadline itself (rather than the
+    /// epoch interrupt doing so in wasm code).
+    pub(crate) deadline_hit: bool,
+    /// The store scope stayed locked by another call until the deadline.
+    pub(crate) store_busy: Option<String>,
+    /// Bytes logged in this call, against [`super::host_log::MAX_LOG_BYTES`].
+    pub(crate) log_bytes: usize,
     pub(crate) services: Arc<dyn Services>,
     pub(crate) store: Option<StoreAccess>,
     pub(crate) net: Option<NetAccess>,
@@ -47,6 +58,7 @@ impl Ctx {
         plugin: &str,
         memory: MemoryCap,
         host_call_budget: u64,
+        deadline: Instant,
         services: Arc<dyn Services>,
     ) -> Self {
         let store = services.store();
@@ -63,6 +75,10 @@ impl Ctx {
             plugin: plugin.to_string(),
             host_calls_left: host_call_budget,
             host_calls_exhausted: false,
+            deadline,
+            deadline_hit: false,
+            store_busy: None,
+            log_bytes: 0,
             services,
         }
     }
@@ -70,13 +86,45 @@ impl Ctx {
     /// Account for one host call; trap once the budget is spent so a plugin
     /// cannot keep the host busy in a loop of cheap imports.
     pub(crate) fn charge(&mut self) -> wasmtime::Result<()> {
-        if self.host_calls_left == 0 {
-            self.host_calls_exhausted = true;
+        if !self.take_one() {
             return Err(wasmtime::Error::msg("host call budget exhausted"));
         }
-        self.host_calls_left -= 1;
         Ok(())
     }
+
+    /// Spend one call of the budget; false (and remembered) once spent.
+    fn take_one(&mut self) -> bool {
+        if self.host_calls_left == 0 {
+            self.host_calls_exhausted = true;
+            return false;
+        }
+        self.host_calls_left -= 1;
+        true
+    }
+
+    /// The error that stops a plugin the host found past its deadline.
+    pub(crate) fn deadline_reached(&mut self) -> wasmtime::Error {
+        self.deadline_hit = true;
+        wasmtime::Error::msg("deadline exceeded")
+    }
+
+    /// Time left until the deadline (zero once it has passed).
+    pub(crate) fn remaining(&self) -> std::time::Duration {
+        self.deadline.saturating_duration_since(Instant::now())
+    }
+}
+
+/// Installed on every plugin store: a WASI call that went over the budget
+/// (counted in [`WasiView::ctx`], which wasmtime-wasi calls once per import)
+/// traps as it returns, before the plugin runs again.
+pub(crate) fn budget_hook(
+    ctx: wasmtime::StoreContextMut<'_, Ctx>,
+    hook: wasmtime::CallHook,
+) -> wasmtime::Result<()> {
+    if matches!(hook, wasmtime::CallHook::ReturningFromHost) && ctx.data().host_calls_exhausted {
+        return Err(wasmtime::Error::msg("host call budget exhausted"));
+    }
+    Ok(())
 }
 
 /// WASI with nothing in it. The builder's defaults already grant nothing;
@@ -94,7 +142,10 @@ fn deny_all_wasi() -> WasiCtx {
 }
 
 impl WasiView for Ctx {
+    /// Every WASI import reaches the context through here, exactly once per
+    /// call: that is where WASI calls are charged ([`budget_hook`] traps).
     fn ctx(&mut self) -> WasiCtxView<'_> {
+        self.take_one();
         WasiCtxView {
             ctx: &mut self.wasi,
             table: &mut self.table,

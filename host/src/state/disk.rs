@@ -1,23 +1,30 @@
 //! Records as one JSON file each under `<stateDir>/networks/<network>/`,
 //! named `<containerID>:<ifname>.json` (`:` is invalid in both, so the name
 //! is unambiguous). Written atomically: a crash leaves the old record or the
-//! new one, never half of one.
+//! new one, never half of one. Locks live beside them under
+//! `<stateDir>/locks/`.
 
-use std::fs;
+use std::fs::{self, File, OpenOptions};
 use std::io;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
-use super::{AttachmentRecord, AttachmentRecords};
-use crate::fsutil::write_atomic;
+use super::{AttachmentRecord, AttachmentRecords, Lock};
+use crate::fsutil::{lock_exclusive, write_atomic};
 
 pub struct DiskRecords {
     root: PathBuf,
+    /// Lock files, `<stateDir>/locks/<network>/<containerID>:<ifname>.lock`
+    /// and `<stateDir>/locks/all.lock`, apart from the records themselves.
+    locks: PathBuf,
 }
 
 impl DiskRecords {
     pub fn new(state_dir: &Path) -> Self {
         DiskRecords {
             root: state_dir.join("networks"),
+            locks: state_dir.join("locks"),
         }
     }
 
@@ -27,6 +34,55 @@ impl DiskRecords {
 
     fn path(&self, network: &str, cid: &str, ifname: &str) -> PathBuf {
         self.dir(network).join(format!("{cid}:{ifname}.json"))
+    }
+
+    fn lock_path(&self, network: &str, cid: &str, ifname: &str) -> PathBuf {
+        self.locks
+            .join(network)
+            .join(format!("{cid}:{ifname}.lock"))
+    }
+}
+
+/// An attachment's lock file, held; removed with the record, so that lock
+/// files do not pile up for every container a node ever ran.
+struct FileLock {
+    _file: File,
+}
+
+/// Lock `path`, creating it. A holder may unlink the file (after its DEL):
+/// a waiter that then gets the lock on the unlinked inode sees that the
+/// path no longer names it, and starts over on the new file.
+fn lock_file(path: &Path, deadline: Option<Instant>) -> io::Result<Lock> {
+    if let Some(dir) = path.parent() {
+        fs::create_dir_all(dir)?;
+    }
+    loop {
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(path)?;
+        match deadline {
+            Some(d) => lock_exclusive(&file, Some(d))?,
+            None => {
+                let now = Some(Instant::now());
+                lock_exclusive(&file, now).map_err(|e| {
+                    if e.kind() == io::ErrorKind::TimedOut {
+                        io::Error::new(io::ErrorKind::WouldBlock, "held by another call")
+                    } else {
+                        e
+                    }
+                })?
+            }
+        }
+        let same = match (file.metadata(), fs::metadata(path)) {
+            (Ok(held), Ok(now)) => held.ino() == now.ino() && held.dev() == now.dev(),
+            _ => false,
+        };
+        if same {
+            return Ok(Box::new(FileLock { _file: file }));
+        }
     }
 }
 
@@ -52,10 +108,56 @@ impl AttachmentRecords for DiskRecords {
     }
 
     fn remove(&self, network: &str, cid: &str, ifname: &str) -> io::Result<()> {
-        match fs::remove_file(self.path(network, cid, ifname)) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
+        for path in [
+            self.path(network, cid, ifname),
+            self.lock_path(network, cid, ifname),
+        ] {
+            match fs::remove_file(path) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
         }
+        Ok(())
+    }
+
+    fn networks(&self) -> io::Result<Vec<String>> {
+        let entries = match fs::read_dir(&self.root) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        let mut out: Vec<String> = entries
+            .filter_map(Result::ok)
+            .filter(|e| e.path().is_dir())
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
+    fn lock(
+        &self,
+        network: &str,
+        cid: &str,
+        ifname: &str,
+        deadline: Option<Instant>,
+    ) -> io::Result<Lock> {
+        lock_file(&self.lock_path(network, cid, ifname), deadline)
+    }
+
+    fn lock_all(&self) -> io::Result<Lock> {
+        let path = self.locks.join("all.lock");
+        if let Some(dir) = path.parent() {
+            fs::create_dir_all(dir)?;
+        }
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&path)?;
+        lock_exclusive(&file, None)?;
+        Ok(Box::new(FileLock { _file: file }))
     }
 
     fn list(&self, network: &str) -> io::Result<Vec<AttachmentRecord>> {
@@ -97,6 +199,29 @@ mod tests {
         fs::write(dir.join("networks/net1/z:eth0.json"), b"{not json").unwrap();
         assert_eq!(DiskRecords::new(&dir).list("net1").unwrap().len(), 2);
         assert!(DiskRecords::new(&dir).load("net1", "z", "eth0").is_err());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_lock_file_removed_by_its_holder_is_not_a_lock_for_the_next_waiter() {
+        let dir = std::env::temp_dir().join(format!("wasm-cni-rlock-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let records = std::sync::Arc::new(DiskRecords::new(&dir));
+        let held = records.lock("n", "c", "eth0", None).unwrap();
+        let waiter = {
+            let records = records.clone();
+            std::thread::spawn(move || {
+                let deadline = Instant::now() + std::time::Duration::from_secs(5);
+                records.lock("n", "c", "eth0", Some(deadline)).map(drop)
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        // The holder's DEL removes record and lock file, then lets go.
+        records.remove("n", "c", "eth0").unwrap();
+        drop(held);
+        waiter.join().unwrap().unwrap();
+        // The waiter ended up holding a lock on a file that exists.
+        assert!(dir.join("locks/n/c:eth0.lock").is_file());
         fs::remove_dir_all(&dir).unwrap();
     }
 }

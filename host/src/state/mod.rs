@@ -12,6 +12,7 @@ mod disk;
 mod memory;
 
 use std::io;
+use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
@@ -34,17 +35,70 @@ pub struct AttachmentRecord {
     pub cni_args: Vec<(String, String)>,
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
     pub runtime_config: serde_json::Map<String, serde_json::Value>,
-    /// The final ADD result in CNI 1.1 form.
+    /// The final ADD result in CNI 1.1 form (`null` while pending).
     pub result: serde_json::Value,
     /// Links the attachment's plugins created in the node namespace: the
-    /// only node links its DEL may delete, and what GC removes if stale.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub node_links: Vec<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub container_links: Vec<String>,
+    /// only node links its DEL may delete, and what DEL and GC remove.
+    #[serde(default, skip_serializing_if = "Vec::is_empty", with = "links")]
+    pub node_links: Vec<RecordedLink>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty", with = "links")]
+    pub container_links: Vec<RecordedLink>,
     /// Milliseconds since the Unix epoch.
     pub created_at: u64,
+    /// Written when an ADD starts and updated as it creates links; cleared
+    /// when it completes. A pending record whose attachment is not locked
+    /// is what a killed ADD left: DEL and GC clean it up like any other.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pending: bool,
 }
+
+/// A link an attachment created, with the identity the host checks before
+/// it touches a link of that name again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedLink {
+    pub name: String,
+    pub index: u32,
+    pub kind: String,
+}
+
+mod links {
+    //! Records written before links had an identity list bare names; such
+    //! a name cannot be told from a later link of the same name, so it is
+    //! dropped (with a warning) rather than trusted.
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::RecordedLink;
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Stored {
+        Link(RecordedLink),
+        Name(String),
+    }
+
+    pub fn serialize<S: Serializer>(links: &[RecordedLink], s: S) -> Result<S::Ok, S::Error> {
+        links.serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<RecordedLink>, D::Error> {
+        let stored = Vec::<Stored>::deserialize(d)?;
+        Ok(stored
+            .into_iter()
+            .filter_map(|s| match s {
+                Stored::Link(l) => Some(l),
+                Stored::Name(n) => {
+                    crate::log::warn(format_args!(
+                        "attachment record lists link {n:?} without its identity: not trusted"
+                    ));
+                    None
+                }
+            })
+            .collect())
+    }
+}
+
+/// A held lock: released when dropped.
+pub type Lock = Box<dyn Send>;
 
 /// Where attachment records live.
 pub trait AttachmentRecords {
@@ -58,6 +112,22 @@ pub trait AttachmentRecords {
     /// Remove a record; removing a missing one is not an error.
     fn remove(&self, network: &str, container_id: &str, ifname: &str) -> io::Result<()>;
     fn list(&self, network: &str) -> io::Result<Vec<AttachmentRecord>>;
+    /// Networks with any record.
+    fn networks(&self) -> io::Result<Vec<String>>;
+    /// Serialise verbs on one attachment, across processes: wait for the
+    /// attachment's lock until `deadline` (`TimedOut` past it; `None`: try
+    /// once, `WouldBlock` if held).
+    fn lock(
+        &self,
+        network: &str,
+        container_id: &str,
+        ifname: &str,
+        deadline: Option<Instant>,
+    ) -> io::Result<Lock>;
+    /// One lock for the whole state directory, held briefly: around an ADD
+    /// writing its pending record, and while a failed ADD decides whether it
+    /// may undo changes other attachments could depend on.
+    fn lock_all(&self) -> io::Result<Lock>;
 }
 
 pub fn now_ms() -> u64 {
@@ -82,9 +152,14 @@ pub(crate) mod contract {
             cni_args: vec![("K".into(), "V".into())],
             runtime_config: serde_json::Map::new(),
             result: serde_json::json!({"cniVersion": "1.1.0", "ips": []}),
-            node_links: vec!["veth01234567".into()],
+            node_links: vec![RecordedLink {
+                name: "veth01234567".into(),
+                index: 7,
+                kind: "veth".into(),
+            }],
             container_links: Vec::new(),
             created_at: 1,
+            pending: false,
         }
     }
 
@@ -115,5 +190,28 @@ pub(crate) mod contract {
             left,
             vec![("a".into(), "eth1".into()), ("b".into(), "eth0".into())]
         );
+        assert_eq!(store.networks().unwrap(), vec!["net1".to_string()]);
+        // One verb at a time per attachment; others are not held up.
+        let held = store.lock("net1", "a", "eth1", None).unwrap();
+        let again = store.lock("net1", "a", "eth1", None).err().unwrap();
+        assert_eq!(again.kind(), io::ErrorKind::WouldBlock);
+        let soon = Instant::now() + std::time::Duration::from_millis(30);
+        let timed = store.lock("net1", "a", "eth1", Some(soon)).err().unwrap();
+        assert_eq!(timed.kind(), io::ErrorKind::TimedOut);
+        let other = store.lock("net1", "b", "eth0", None).unwrap();
+        drop(held);
+        drop(other);
+        drop(store.lock("net1", "a", "eth1", None).unwrap());
+        drop(store.lock_all().unwrap());
+    }
+
+    #[test]
+    fn legacy_bare_link_names_are_dropped_not_trusted() {
+        let mut v = serde_json::to_value(record("a", "eth0")).unwrap();
+        v["nodeLinks"] =
+            serde_json::json!(["veth0", {"name": "veth1", "index": 3, "kind": "veth"}]);
+        let r: AttachmentRecord = serde_json::from_value(v).unwrap();
+        assert_eq!(r.node_links.len(), 1);
+        assert_eq!(r.node_links[0].name, "veth1");
     }
 }

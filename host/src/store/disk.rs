@@ -8,10 +8,10 @@ use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{flock, FlockOperation};
+use std::time::Instant;
 
 use super::{Scope, ScopeData, StateStore, Txn};
-use crate::fsutil::write_atomic;
+use crate::fsutil::{lock_exclusive, write_atomic};
 
 pub struct DiskStore {
     root: PathBuf,
@@ -53,7 +53,7 @@ impl Txn for DiskTxn {
 }
 
 impl StateStore for DiskStore {
-    fn begin(&self, scope: &Scope) -> io::Result<Box<dyn Txn>> {
+    fn begin_by(&self, scope: &Scope, deadline: Option<Instant>) -> io::Result<Box<dyn Txn>> {
         let (path, lock_path) = self.files(scope);
         if let Some(dir) = path.parent() {
             fs::create_dir_all(dir)?;
@@ -64,7 +64,7 @@ impl StateStore for DiskStore {
             .write(true)
             .mode(0o600)
             .open(&lock_path)?;
-        flock(&lock, FlockOperation::LockExclusive)?;
+        lock_exclusive(&lock, deadline)?;
         sweep_temp_files(&path);
         let data = match fs::read(&path) {
             Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {

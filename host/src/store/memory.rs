@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::sync::{Arc, Condvar, Mutex};
+use std::time::Instant;
 
 use super::{Scope, ScopeData, StateStore, Txn};
 
@@ -52,12 +53,24 @@ impl Drop for MemoryTxn {
 }
 
 impl StateStore for MemoryStore {
-    fn begin(&self, scope: &Scope) -> io::Result<Box<dyn Txn>> {
+    fn begin_by(&self, scope: &Scope, deadline: Option<Instant>) -> io::Result<Box<dyn Txn>> {
         let key = (scope.network.clone(), scope.plugin.clone());
         let (lock, cond) = &*self.inner;
         let mut inner = lock.lock().map_err(|_| poisoned())?;
         while inner.locked.contains(&key) {
-            inner = cond.wait(inner).map_err(|_| poisoned())?;
+            inner = match deadline {
+                None => cond.wait(inner).map_err(|_| poisoned())?,
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            "still locked by another call at the deadline",
+                        ));
+                    }
+                    cond.wait_timeout(inner, left).map_err(|_| poisoned())?.0
+                }
+            };
         }
         inner.locked.insert(key.clone());
         let data = inner.data.get(&key).cloned().unwrap_or_default();

@@ -15,6 +15,7 @@ mod memory;
 
 use std::collections::BTreeMap;
 use std::io;
+use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
@@ -75,8 +76,13 @@ pub trait Txn: Send {
 
 /// Where scopes live.
 pub trait StateStore: Send + Sync {
-    /// Lock `scope` (blocking until other holders are done) and read it.
-    fn begin(&self, scope: &Scope) -> io::Result<Box<dyn Txn>>;
+    /// Lock `scope` and read it, waiting for other holders until `deadline`
+    /// (without one, as long as they hold it); `TimedOut` past it.
+    fn begin_by(&self, scope: &Scope, deadline: Option<Instant>) -> io::Result<Box<dyn Txn>>;
+    /// [`StateStore::begin_by`] without a deadline (operator commands).
+    fn begin(&self, scope: &Scope) -> io::Result<Box<dyn Txn>> {
+        self.begin_by(scope, None)
+    }
     /// The scopes of a network (plugin types), for the operator view.
     fn scopes(&self, network: &str) -> io::Result<Vec<String>>;
     /// Networks with any state.
