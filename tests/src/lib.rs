@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod hostile;
+
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -186,15 +188,26 @@ pub fn run_with_env(env: &[(&str, &str)], stdin: &[u8]) -> Output {
 /// Run `wasm-cni`, optionally inside network namespace `netns` (by name,
 /// via `ip netns exec`), with exactly `env` (plus PATH) and `stdin`.
 pub fn run_in(netns: Option<&str>, env: &[(&str, &str)], stdin: &[u8]) -> Output {
+    run_wrapped(netns, &[], env, stdin)
+}
+
+/// [`run_in`], with `wrapper` (a command and its arguments, such as
+/// `prlimit --nofile=64`) in front of the binary.
+pub fn run_wrapped(
+    netns: Option<&str>,
+    wrapper: &[&str],
+    env: &[(&str, &str)],
+    stdin: &[u8],
+) -> Output {
     let bin = wasm_cni_bin();
-    let mut cmd = match netns {
-        Some(ns) => {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", ns]).arg(&bin);
-            c
-        }
-        None => Command::new(&bin),
-    };
+    let mut argv: Vec<std::ffi::OsString> = Vec::new();
+    if let Some(ns) = netns {
+        argv.extend(["ip", "netns", "exec", ns].map(Into::into));
+    }
+    argv.extend(wrapper.iter().map(Into::into));
+    argv.push(bin.into());
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..]);
     cmd.env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         // Let a developer see the host's logs of a failing test.
@@ -267,6 +280,10 @@ impl<'a> Invocation<'a> {
         self.run_in(None, conf)
     }
     pub fn run_in(&self, netns_name: Option<&str>, conf: &Value) -> Output {
+        self.run_wrapped(netns_name, &[], conf)
+    }
+    /// Run with `wrapper` in front of the binary (see [`run_wrapped`]).
+    pub fn run_wrapped(&self, netns_name: Option<&str>, wrapper: &[&str], conf: &Value) -> Output {
         let mut env = vec![
             ("CNI_COMMAND", self.command),
             ("CNI_CONTAINERID", self.container_id),
@@ -277,7 +294,7 @@ impl<'a> Invocation<'a> {
         ];
         env.extend(self.extra.iter().copied());
         let bytes = serde_json::to_vec(conf).expect("serialise conf");
-        run_in(netns_name, &env, &bytes)
+        run_wrapped(netns_name, wrapper, &env, &bytes)
     }
 }
 

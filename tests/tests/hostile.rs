@@ -9,159 +9,16 @@
 //! (hand-written WAT importing WASI sockets and filesystem, assembled here).
 //! Digest pins and planted artifacts are at the end.
 
-use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use wasm_cni_tests::{fixture, is_root, sh, workspace_root, Invocation, Output, Pod, Sandbox};
-
-/// Every attack runs under this deadline unless it sets its own.
-const DEADLINE_MS: u64 = 2_000;
-/// Process start, `ip netns exec`, loading the plugin and the rollback DEL
-/// after the failure, on a loaded two-core machine.
-const SLACK: Duration = Duration::from_millis(1_500);
-
-fn hostile(tag: &str) -> Option<(Sandbox, Pod)> {
-    if !is_root(tag) {
-        return None;
-    }
-    let sb = Sandbox::new(tag);
-    sb.install(&fixture("fx-hostile"), "fx-hostile");
-    Some((sb, Pod::new(tag)))
-}
-
-/// A chain entry for `attack`, with `extra` keys merged in (`wasm` limits
-/// are merged into the default deadline).
-fn entry(plugin: &str, attack: &str, extra: Value) -> Value {
-    let mut e = json!({"type": plugin, "attack": attack, "wasm": {"deadlineMs": DEADLINE_MS}});
-    for (k, v) in extra.as_object().into_iter().flatten() {
-        if k == "wasm" {
-            for (lk, lv) in v.as_object().into_iter().flatten() {
-                e["wasm"][lk] = lv.clone();
-            }
-        } else {
-            e[k] = v.clone();
-        }
-    }
-    e
-}
-
-/// Every regular file under `dir` with its contents, except `*.lock`: the
-/// store creates an empty lock file on first use, which holds no state.
-fn files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_none_or(|x| x != "lock") {
-                let bytes = std::fs::read(&p).unwrap_or_default();
-                out.insert(p.strip_prefix(dir).unwrap_or(&p).to_path_buf(), bytes);
-            }
-        }
-    }
-    out
-}
-
-/// Sysctls the attacks go for, beyond those `Netns::snapshot` records.
-const NODE_KEYS: &[&str] = &[
-    "net.core.somaxconn",
-    "net.ipv4.conf.other0.forwarding",
-    "net.ipv4.conf.all.rp_filter",
-];
-const CTR_KEYS: &[&str] = &["net.ipv4.conf.eth1.arp_notify", "net.core.somaxconn"];
-
-#[derive(Debug, PartialEq)]
-struct World {
-    node: String,
-    ctr: String,
-    state: BTreeMap<PathBuf, Vec<u8>>,
-    hostname: String,
-}
-
-fn world(sb: &Sandbox, pod: &Pod) -> World {
-    let sysctls = |ns: &wasm_cni_tests::Netns, keys: &[&str]| {
-        keys.iter()
-            .filter(|k| ns.try_exec(&["sysctl", "-n", k]))
-            .map(|k| format!("{k}={}", ns.exec(&["sysctl", "-n", k])))
-            .collect::<String>()
-    };
-    World {
-        node: pod.node.snapshot() + &sysctls(&pod.node, NODE_KEYS),
-        ctr: pod.ctr.snapshot() + &sysctls(&pod.ctr, CTR_KEYS),
-        state: files(&sb.state_dir()),
-        hostname: sh(&["sysctl", "-n", "kernel.hostname"]),
-    }
-}
-
-/// A link another owner holds in each namespace: `other0` (with `other1`)
-/// in the node, `eth1` in the container, before the attack.
-fn foreign_links(pod: &Pod) {
-    pod.node.exec(&[
-        "ip", "link", "add", "other0", "type", "veth", "peer", "other1",
-    ]);
-    pod.ctr
-        .exec(&["ip", "link", "add", "eth1", "type", "veth", "peer", "eth2"]);
-}
-
-struct Attack<'a> {
-    /// The plugin type (`fx-hostile`, `wasi-probe`, ...).
-    plugin: &'a str,
-    code: u64,
-    /// Each must appear in the error message.
-    cause: &'a [&'a str],
-    deadline_ms: u64,
-}
-
-impl Attack<'_> {
-    fn new<'a>(code: u64, cause: &'a [&'a str]) -> Attack<'a> {
-        Attack {
-            plugin: "fx-hostile",
-            code,
-            cause,
-            deadline_ms: DEADLINE_MS,
-        }
-    }
-
-    /// Warm the artifact cache (STATUS), record the world, run ADD of
-    /// `conf` as attachment `id`, and check the outcome as the module docs
-    /// say.
-    fn run(&self, sb: &Sandbox, pod: &Pod, conf: &Value, inv: Invocation<'_>) -> Output {
-        // The timed call measures the plugin, not Cranelift. (Compiling
-        // comes before instantiating, so this warms the cache even for a
-        // plugin that cannot be instantiated.)
-        pod.run(Invocation::new("STATUS"), conf);
-        let before = world(sb, pod);
-        let out = pod.run(inv, conf);
-        assert_eq!(out.error_code(), self.code, "{out:?}");
-        let msg = out.error_msg();
-        assert!(msg.contains(self.plugin), "plugin not named: {msg}");
-        for needle in self.cause {
-            assert!(msg.contains(needle), "cause {needle:?} not named: {msg}");
-        }
-        eprintln!(
-            "{} -> {} {msg:?} in {:?}",
-            self.plugin, self.code, out.elapsed
-        );
-        let limit = Duration::from_millis(self.deadline_ms) + SLACK;
-        assert!(out.elapsed <= limit, "took {:?} > {limit:?}", out.elapsed);
-        assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
-        assert_eq!(before, world(sb, pod), "{msg}");
-        out
-    }
-}
-
-fn add(id: &str) -> Invocation<'_> {
-    Invocation::new("ADD").id(id)
-}
+use wasm_cni_tests::hostile::{
+    add, entry, files, foreign_links, hostile, world, Attack, DEADLINE_MS,
+};
+use wasm_cni_tests::{fixture, is_root, sh, workspace_root, Invocation, Output, Sandbox};
 
 #[test]
 fn runaway_cpu_ends_at_the_deadline() {
