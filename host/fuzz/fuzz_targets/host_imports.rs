@@ -17,7 +17,10 @@ use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use wasm_cni::cni::Command;
 use wasm_cni::sandbox::harness::{Handle, Import, ImportHarness, RouteArgs};
-use wasm_cni::sandbox::policy::{Grants, Side};
+use std::net::Ipv4Addr;
+
+use wasm_cni::net::{IpNet, LinkId};
+use wasm_cni::sandbox::policy::{ConfigGrants, Grants, Side};
 
 /// Link names: the scene's (see `sandbox::harness`), a few fresh ones, or
 /// anything.
@@ -316,6 +319,7 @@ impl Op {
 /// A direct question to the policy layer.
 #[derive(Arbitrary, Debug)]
 struct PolicyCase {
+    command: u8,
     ifname: Name,
     config_named: Vec<Name>,
     created_node: Vec<Name>,
@@ -323,6 +327,10 @@ struct PolicyCase {
     node: bool,
     key: Key,
     write: bool,
+    /// The attachment's own addresses, and a node route to ask about.
+    own: Vec<(u32, u8)>,
+    route: (u32, u8, Option<u32>),
+    dev: Name,
 }
 
 #[derive(Arbitrary, Debug)]
@@ -342,13 +350,56 @@ const COMMANDS: [Command; 5] = [
     Command::Gc,
 ];
 
+fn v4(addr: u32, prefix: u8) -> IpNet {
+    IpNet {
+        addr: Ipv4Addr::from(addr).into(),
+        prefix: prefix % 33,
+    }
+}
+
 fn check_policy(c: &PolicyCase) {
-    let g = Grants {
-        ifname: c.ifname.get(),
-        config_named: c.config_named.iter().map(Name::get).collect(),
-        created_node: c.created_node.iter().map(Name::get).collect(),
-        created_container: c.created_container.iter().map(Name::get).collect(),
+    let created = |names: &[Name]| {
+        names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let id = LinkId {
+                    index: i as u32 + 2,
+                    kind: "veth".into(),
+                };
+                (n.get(), id)
+            })
+            .collect()
     };
+    let g = Grants {
+        command: COMMANDS[c.command as usize % COMMANDS.len()],
+        ifname: c.ifname.get(),
+        config: ConfigGrants {
+            named: c.config_named.iter().map(Name::get).collect(),
+            ..ConfigGrants::default()
+        },
+        created_node: created(&c.created_node),
+        created_container: created(&c.created_container),
+        own_nets: c.own.iter().map(|&(a, p)| v4(a, p)).collect(),
+    };
+    // Writes only in ADD and DEL; a node route only inside the attachment's
+    // networks and in the main table.
+    let (dst, prefix, table) = c.route;
+    let dst = v4(dst, prefix);
+    if g.route(Side::Node, &c.dev.get(), &dst, table, true).is_ok() {
+        assert!(matches!(g.command, Command::Add | Command::Del));
+        assert!(table.is_none_or(|t| t == 254), "{table:?}");
+        assert!(
+            g.own_nets
+                .iter()
+                .any(|n| n.prefix <= dst.prefix && n.contains(&dst.addr)),
+            "{dst} outside {:?}",
+            g.own_nets
+        );
+    }
+    if c.write && g.sysctl(Side::Container, &c.key.get(), true).is_ok() {
+        assert!(matches!(g.command, Command::Add | Command::Del));
+    }
     let side = if c.node { Side::Node } else { Side::Container };
     let key = c.key.get();
     if g.sysctl(side, &key, c.write).is_err() {
