@@ -454,6 +454,43 @@ mod tests {
         parse(stdin, cmd).unwrap_err()
     }
 
+    /// Found by the `chain_config` fuzzer (minimised with `cargo fuzz
+    /// tmin`): a number a plugin's own key carries came back different from
+    /// the host's serialised config, because serde_json's default float
+    /// parsing is not exact. Issue #14 reported the same for
+    /// `33353333.336666662`.
+    #[test]
+    fn numbers_pass_through_unchanged() {
+        for number in [
+            "1677721733333000001332",
+            "33353333.336666662",
+            "0.1",
+            "1e-320",
+            "18446744073709551616",
+            "-9007199254740993",
+        ] {
+            let stdin = format!(
+                r#"{{"cniVersion":"1.1.0","name":"p","capabilities":{{"x":true}},"chain":[{{"type":"r","capabilities":{{"x":true}},"k":{{"n":{number}}}}}],"runtimeConfig":{{"x":{number}}}}}"#
+            );
+            let conf = parse(stdin.as_bytes(), Command::Add).unwrap();
+            let expect: Value = serde_json::from_str(number).unwrap();
+            assert_eq!(conf.chain[0].raw["k"]["n"], expect, "{number}");
+            // What a plugin and the cached record get, read back, is the
+            // same number.
+            let plugin = conf.plugin_config(&conf.chain[0], None, false);
+            let text = serde_json::to_string(&Value::Object(plugin)).unwrap();
+            let back: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(back["k"]["n"], expect, "{number} became {}", back["k"]["n"]);
+            assert_eq!(back["runtimeConfig"]["x"], expect, "{number}");
+            let again = serde_json::to_vec(&Value::Object(conf.raw.clone())).unwrap();
+            assert_eq!(parse(&again, Command::Add).unwrap(), conf, "{number}");
+            // And the value is the one closest to what was written.
+            if let (Some(f), Ok(exact)) = (expect.as_f64(), number.parse::<f64>()) {
+                assert_eq!(f.to_bits(), exact.to_bits(), "{number}");
+            }
+        }
+    }
+
     #[test]
     fn parses_the_example() {
         let c = parse(BASIC.as_bytes(), Command::Add).unwrap();
