@@ -177,6 +177,21 @@ pub enum AbortCause {
     Trap(String),
 }
 
+impl AbortCause {
+    /// A short label for metrics: `deadline`, `memory`, `host_calls`,
+    /// `result_size`, `store_busy` or `trap`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            AbortCause::Deadline { .. } => "deadline",
+            AbortCause::Memory { .. } => "memory",
+            AbortCause::HostCalls { .. } => "host_calls",
+            AbortCause::ResultTooLarge { .. } => "result_size",
+            AbortCause::StoreBusy { .. } => "store_busy",
+            AbortCause::Trap(_) => "trap",
+        }
+    }
+}
+
 impl fmt::Display for AbortCause {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -215,19 +230,18 @@ pub struct PluginInfo {
     pub imports: Vec<String>,
 }
 
-pub struct Runtime {
+/// What every [`Runtime`] of a process shares: one wasmtime engine with its
+/// linker (the host's imports and WASI, resolved once) and the epoch ticker
+/// that drives every call's deadline. A per-invocation process makes one; a
+/// daemon makes one and keeps it.
+pub struct SharedEngine {
     engine: Engine,
     linker: Linker<Ctx>,
-    cache: ArtifactCache,
-    plugin_dir: PathBuf,
-    loaded: Mutex<HashMap<String, Arc<Plugin>>>,
     _ticker: Ticker,
 }
 
-impl Runtime {
-    /// One engine for the process. `cache_dir` None disables the artifact
-    /// cache.
-    pub fn new(plugin_dir: &Path, cache_dir: Option<PathBuf>) -> wasmtime::Result<Self> {
+impl SharedEngine {
+    pub fn new() -> wasmtime::Result<Arc<Self>> {
         let mut config = Config::new();
         config.epoch_interruption(true);
         // Deep recursion must end as a trap well before the host's own
@@ -251,16 +265,51 @@ impl Runtime {
             wasmtime::component::HasSelf<Ctx>,
         >(&mut linker, |c| c)?;
         linker.allow_shadowing(false);
-        let cache = ArtifactCache::new(cache_dir, &engine);
         let ticker = Ticker::start(&engine);
-        Ok(Runtime {
+        Ok(Arc::new(SharedEngine {
             engine,
             linker,
+            _ticker: ticker,
+        }))
+    }
+}
+
+/// Components of one plugin directory, compiled or loaded from one artifact
+/// cache, on a [`SharedEngine`].
+pub struct Runtime {
+    shared: Arc<SharedEngine>,
+    cache: ArtifactCache,
+    plugin_dir: PathBuf,
+    /// Loaded plugins by type and pin, with the identity of the file they
+    /// came from: a file that changes is loaded again (a daemon picks up a
+    /// replaced component without a restart).
+    loaded: Mutex<HashMap<String, (SourceId, Arc<Plugin>)>>,
+}
+
+impl Runtime {
+    /// An engine of its own (one per process). `cache_dir` None disables
+    /// the artifact cache.
+    pub fn new(plugin_dir: &Path, cache_dir: Option<PathBuf>) -> wasmtime::Result<Self> {
+        Ok(Self::with_engine(
+            SharedEngine::new()?,
+            plugin_dir,
+            cache_dir,
+        ))
+    }
+
+    /// On an engine shared with other runtimes.
+    pub fn with_engine(
+        shared: Arc<SharedEngine>,
+        plugin_dir: &Path,
+        cache_dir: Option<PathBuf>,
+    ) -> Self {
+        let cache = ArtifactCache::new(cache_dir, &shared.engine);
+        Runtime {
+            shared,
             cache,
             plugin_dir: plugin_dir.to_path_buf(),
             loaded: Mutex::new(HashMap::new()),
-            _ticker: ticker,
-        })
+        }
     }
 
     pub fn plugin_dir(&self) -> &Path {
@@ -288,13 +337,21 @@ impl Runtime {
             .unwrap_or(false)
     }
 
-    /// Load (once per process) the component for a plugin type.
+    /// Load the component for a plugin type: once, and again whenever its
+    /// file changes.
     pub fn load(&self, plugin: &str, pin: Option<&str>) -> Result<Arc<Plugin>, CallError> {
         let key = format!("{plugin}@{}", pin.unwrap_or(""));
-        if let Some(p) = self.loaded.lock().ok().and_then(|m| m.get(&key).cloned()) {
-            return Ok(p);
-        }
         let path = self.plugin_path(plugin)?;
+        if let Ok(meta) = std::fs::metadata(&path) {
+            let id = SourceId::of(&meta);
+            let hit = self.loaded.lock().ok().and_then(|m| match m.get(&key) {
+                Some((known, p)) if *known == id => Some(p.clone()),
+                _ => None,
+            });
+            if let Some(p) = hit {
+                return Ok(p);
+            }
+        }
         let read_err = |source: std::io::Error| {
             if source.kind() == std::io::ErrorKind::NotFound {
                 CallError::NotFound {
@@ -318,11 +375,12 @@ impl Runtime {
         };
         // Warm path: the file is the one whose digest the cache recorded,
         // and its artifact is there: neither read nor hash the component.
+        let engine = &self.shared.engine;
         let warm = match self.cache.known_digest(plugin, &id) {
             Some(digest) => {
                 check_pin(plugin, &path, pin, &digest)?;
                 self.cache
-                    .load_cached(&self.engine, plugin, &digest)
+                    .load_cached(engine, plugin, &digest)
                     .map(|c| (digest, c))
             }
             None => None,
@@ -336,13 +394,17 @@ impl Runtime {
                 check_pin(plugin, &path, pin, &digest)?;
                 let (component, origin) = self
                     .cache
-                    .load_or_compile(&self.engine, plugin, &digest, &bytes)
+                    .load_or_compile(engine, plugin, &digest, &bytes)
                     .map_err(invalid)?;
                 self.cache.remember_digest(plugin, &id, &digest);
                 (digest, component, origin)
             }
         };
-        let pre = self.linker.instantiate_pre(&component).map_err(invalid)?;
+        let pre = self
+            .shared
+            .linker
+            .instantiate_pre(&component)
+            .map_err(invalid)?;
         let pre = PluginHostPre::new(pre).map_err(invalid)?;
         let loaded = Arc::new(Plugin {
             name: plugin.to_string(),
@@ -352,7 +414,7 @@ impl Runtime {
             pre,
         });
         if let Ok(mut m) = self.loaded.lock() {
-            m.insert(key, loaded.clone());
+            m.insert(key, (id, loaded.clone()));
         }
         Ok(loaded)
     }
@@ -362,7 +424,7 @@ impl Runtime {
         let loaded = self.load(plugin, None)?;
         let ty = loaded.pre.instance_pre().component().component_type();
         let mut imports: Vec<String> = ty
-            .imports(&self.engine)
+            .imports(&self.shared.engine)
             .map(|(n, _)| n.to_string())
             .collect();
         imports.sort();
@@ -399,7 +461,7 @@ impl Runtime {
             services,
         );
         ctx.config_files = host_files::allowed_paths(call.config());
-        let mut store = Store::new(&self.engine, ctx);
+        let mut store = Store::new(&self.shared.engine, ctx);
         store.limiter(|c| &mut c.memory);
         store.set_epoch_deadline(limits.deadline_ticks());
         store.epoch_deadline_trap();
