@@ -1,16 +1,17 @@
 //! The CNI edge: environment + stdin in, result or error JSON out. Every
 //! failure becomes a CNI error here and nowhere else.
 
+use std::collections::HashMap;
 use std::io::Read;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use crate::chain::{Attachment, Executor};
+use crate::chain::{Attachment, Executor, StepReport};
 use crate::cni::{self, config, env, version, CniError, Command, ErrorCode};
 use crate::error::HostError;
 use crate::log;
 use crate::net::KernelNet;
-use crate::sandbox::Runtime;
+use crate::sandbox::{Runtime, SharedEngine};
 use crate::state::DiskRecords;
 use crate::store::DiskStore;
 
@@ -18,27 +19,105 @@ use crate::store::DiskStore;
 /// so they survive reboots (unlike the state under /run).
 pub const DEFAULT_CACHE_DIR: &str = "/var/cache/wasm-cni";
 
-/// What the process prints and how it exits.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What the process prints and how it exits, and what happened on the way.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Outcome {
     pub stdout: String,
     pub exit_code: i32,
+    pub report: Report,
+}
+
+/// What one invocation was and did: the daemon logs a line and counts
+/// metrics from it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Report {
+    /// `None` when the environment named no valid verb.
+    pub command: Option<Command>,
+    /// The network's name, once the config parsed.
+    pub network: String,
+    pub container_id: String,
+    pub ifname: String,
+    /// The config's `stateDir`, once the config parsed.
+    pub state_dir: Option<PathBuf>,
+    pub steps: Vec<StepReport>,
+    /// The CNI error code, if it failed.
+    pub error_code: Option<u32>,
 }
 
 impl Outcome {
-    fn ok(stdout: String) -> Self {
+    fn ok(stdout: String, report: Report) -> Self {
         Outcome {
             stdout,
             exit_code: 0,
+            report,
         }
     }
 
-    fn error(e: CniError, cni_version: Option<&str>) -> Self {
+    fn error(e: CniError, cni_version: Option<&str>, mut report: Report) -> Self {
         log::error(format_args!("{e}"));
+        report.error_code = Some(e.code);
         Outcome {
             stdout: e.to_json(cni_version),
             exit_code: 1,
+            report,
         }
+    }
+}
+
+/// What invocations of one process share: the wasm engine and, per plugin
+/// directory and artifact cache, the loaded components. A per-invocation
+/// process makes one for its one call; the daemon keeps one for all of
+/// them, so its calls start with everything compiled and pre-linked. Each
+/// call still gets a fresh store and instance, under the same limits.
+#[derive(Default)]
+pub struct Host {
+    engine: Mutex<Option<Arc<SharedEngine>>>,
+    runtimes: Mutex<HashMap<(PathBuf, PathBuf), Arc<Runtime>>>,
+}
+
+impl Host {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Make the engine now rather than on the first call.
+    pub fn warm(&self) -> Result<(), HostError> {
+        self.engine().map(drop)
+    }
+
+    fn engine(&self) -> Result<Arc<SharedEngine>, HostError> {
+        let mut slot = self
+            .engine
+            .lock()
+            .map_err(|_| HostError::internal("engine lock poisoned"))?;
+        if let Some(e) = &*slot {
+            return Ok(e.clone());
+        }
+        let engine = SharedEngine::new()
+            .map_err(|e| HostError::internal(format!("starting the wasm engine: {e}")))?;
+        *slot = Some(engine.clone());
+        Ok(engine)
+    }
+
+    /// The runtime for a plugin directory and artifact cache.
+    pub fn runtime(
+        &self,
+        plugin_dir: &std::path::Path,
+        cache_dir: &std::path::Path,
+    ) -> Result<Arc<Runtime>, HostError> {
+        let key = (plugin_dir.to_path_buf(), cache_dir.to_path_buf());
+        if let Some(r) = self.runtimes.lock().ok().and_then(|m| m.get(&key).cloned()) {
+            return Ok(r);
+        }
+        let runtime = Arc::new(Runtime::with_engine(
+            self.engine()?,
+            plugin_dir,
+            Some(cache_dir.to_path_buf()),
+        ));
+        if let Ok(mut m) = self.runtimes.lock() {
+            m.entry(key).or_insert_with(|| runtime.clone());
+        }
+        Ok(runtime)
     }
 }
 
@@ -56,49 +135,89 @@ pub enum Prepared {
 pub fn prepare(vars: Vec<(String, String)>, stdin: &mut dyn Read) -> Prepared {
     let inv = match env::from_env(vars) {
         Ok(inv) => inv,
-        Err(e) => return Prepared::Reply(Outcome::error(e, None)),
+        Err(e) => return Prepared::Reply(Outcome::error(e, None, Report::default())),
+    };
+    let mut report = Report {
+        command: Some(inv.command),
+        container_id: inv.container_id.clone(),
+        ifname: inv.ifname.clone(),
+        ..Report::default()
     };
     let mut input = Vec::new();
     if let Err(e) = stdin.read_to_end(&mut input) {
         return Prepared::Reply(Outcome::error(
             CniError::new(ErrorCode::Io, format!("reading stdin: {e}")),
             None,
+            report,
         ));
     }
     if inv.command == Command::Version {
         let asked = serde_json::from_slice::<serde_json::Value>(&input)
             .ok()
             .and_then(|v| v.get("cniVersion")?.as_str().map(str::to_string));
-        return Prepared::Reply(Outcome::ok(version::version_reply(asked.as_deref())));
+        return Prepared::Reply(Outcome::ok(
+            version::version_reply(asked.as_deref()),
+            report,
+        ));
     }
     match config::parse(&input, inv.command) {
         Ok(c) => Prepared::Dispatch(Box::new(inv), Box::new(c)),
-        Err(e) => Prepared::Reply(Outcome::error(e, None)),
+        Err(e) => {
+            report.network = network_name(&input);
+            Prepared::Reply(Outcome::error(e, None, report))
+        }
     }
 }
 
-/// Run one CNI invocation.
+/// The `name` of a config that did not parse, for the report, if any.
+fn network_name(input: &[u8]) -> String {
+    serde_json::from_slice::<serde_json::Value>(input)
+        .ok()
+        .and_then(|v| v.get("name")?.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// Run one CNI invocation in a process of its own.
 pub fn run(vars: Vec<(String, String)>, stdin: &mut dyn Read) -> Outcome {
+    run_on(&Host::new(), vars, stdin)
+}
+
+/// Run one CNI invocation on a [`Host`] that others may share.
+pub fn run_on(host: &Host, vars: Vec<(String, String)>, stdin: &mut dyn Read) -> Outcome {
     let (inv, conf) = match prepare(vars, stdin) {
         Prepared::Reply(out) => return out,
         Prepared::Dispatch(inv, conf) => (inv, conf),
     };
     let cni_version = conf.cni_version.clone();
-    match dispatch(&inv, *conf) {
-        Ok(stdout) => Outcome::ok(stdout),
-        Err(e) => Outcome::error(CniError::from(e), Some(&cni_version)),
+    let mut report = Report {
+        command: Some(inv.command),
+        network: conf.name.clone(),
+        container_id: inv.container_id.clone(),
+        ifname: inv.ifname.clone(),
+        state_dir: Some(conf.state_dir.clone()),
+        ..Report::default()
+    };
+    let (out, steps) = dispatch(host, &inv, *conf);
+    report.steps = steps;
+    match out {
+        Ok(stdout) => Outcome::ok(stdout, report),
+        Err(e) => Outcome::error(CniError::from(e), Some(&cni_version), report),
     }
 }
 
-fn dispatch(inv: &cni::Invocation, conf: config::NetConf) -> Result<String, HostError> {
+fn dispatch(
+    host: &Host,
+    inv: &cni::Invocation,
+    conf: config::NetConf,
+) -> (Result<String, HostError>, Vec<StepReport>) {
     let cache_dir = conf
         .cache_dir
         .clone()
         .unwrap_or_else(|| PathBuf::from(DEFAULT_CACHE_DIR));
-    let runtime = Arc::new(
-        Runtime::new(&conf.plugin_dir, Some(cache_dir))
-            .map_err(|e| HostError::internal(format!("starting the wasm engine: {e}")))?,
-    );
+    let runtime = match host.runtime(&conf.plugin_dir, &cache_dir) {
+        Ok(r) => r,
+        Err(e) => return (Err(e), Vec::new()),
+    };
     let records = Arc::new(DiskRecords::new(&conf.state_dir));
     let cni_version = conf.cni_version.clone();
     let store = Arc::new(DiskStore::new(&conf.state_dir.join("store")));
@@ -117,12 +236,11 @@ fn dispatch(inv: &cni::Invocation, conf: config::NetConf) -> Result<String, Host
         args: inv.args.clone(),
     };
     let out = match inv.command {
-        Command::Add => {
-            let result = exec.add(&att)?;
+        Command::Add => exec.add(&att).and_then(|result| {
             Ok(cni::result::to_string_pretty(
                 &result.to_json(&cni_version)?,
             ))
-        }
+        }),
         Command::Del => exec.del(&att).map(|()| String::new()),
         Command::Check => {
             if exec.conf().disable_check {
@@ -153,5 +271,5 @@ fn dispatch(inv: &cni::Invocation, conf: config::NetConf) -> Result<String, Host
     log::debug(format_args!(
         "artifact cache: {compiled} compiled, {loaded} loaded"
     ));
-    out
+    (out, exec.steps())
 }

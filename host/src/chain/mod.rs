@@ -63,6 +63,23 @@ pub struct Executor {
     on_created: Mutex<Option<OnCreated>>,
     /// Where native plugins are looked for (CNI_PATH).
     cni_path: Vec<PathBuf>,
+    /// Every plugin call made so far, in order.
+    steps: Steps,
+}
+
+/// Where plugin calls are reported, IPAM delegates' included.
+pub(crate) type Steps = Arc<Mutex<Vec<StepReport>>>;
+
+/// How one plugin call of a verb went, for the daemon's request log and
+/// metrics.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepReport {
+    pub index: usize,
+    pub plugin: String,
+    pub verb: &'static str,
+    pub duration: Duration,
+    /// Why the host stopped the plugin (`AbortCause::kind`), if it did.
+    pub abort: Option<&'static str>,
 }
 
 /// What a chain step runs with.
@@ -89,6 +106,7 @@ impl Executor {
             ledger: Arc::default(),
             on_created: Mutex::new(None),
             cni_path: Vec::new(),
+            steps: Steps::default(),
         }
     }
 
@@ -105,6 +123,11 @@ impl Executor {
 
     pub fn conf(&self) -> &NetConf {
         &self.conf
+    }
+
+    /// Every plugin call made so far, in order.
+    pub fn steps(&self) -> Vec<StepReport> {
+        self.steps.lock().map(|s| s.clone()).unwrap_or_default()
     }
 
     fn incoming_prev(&self) -> Result<Option<CniResult>, HostError> {
@@ -389,7 +412,7 @@ impl Executor {
         ipam_type: &str,
     ) -> Result<(), HostError> {
         let request = request_for(att, self.plugin_config(step, None)?, None);
-        self.services(step.entry, Command::Del, &request, att, None)
+        self.services(step, Command::Del, &request, att, None)
             .run_ipam_direct(ipam_type)
     }
 
@@ -487,6 +510,7 @@ impl Executor {
     pub fn gc(&self) -> Result<(), HostError> {
         let valid: Vec<(String, String)> = self.conf.valid_attachments.clone().unwrap_or_default();
         let mut errors = Vec::new();
+        self.records.sweep(&self.conf.name);
         let records = self
             .records
             .list(&self.conf.name)
@@ -663,14 +687,16 @@ impl Executor {
 
     fn services(
         &self,
-        entry: &ChainEntry,
+        step: &Step<'_>,
         command: Command,
         request: &wit::Request,
         att: &Attachment,
         valid: Option<&[wit::Attachment]>,
     ) -> StepServices {
+        let entry = step.entry;
         StepServices::new(
             self.runtime.clone(),
+            (step.index, self.steps.clone()),
             self.store.clone(),
             Some(self.net_access(entry, command, att)),
             &self.cni_path,
@@ -697,6 +723,18 @@ impl Executor {
             .plugin_config(step.entry, prev_json.as_ref(), gc_or_status);
         serde_json::to_string(&Value::Object(map))
             .map_err(|e| HostError::internal(format!("serialising plugin config: {e}")))
+    }
+
+    fn report(&self, step: &Step<'_>, started: Instant, abort: Option<&'static str>) {
+        if let Ok(mut steps) = self.steps.lock() {
+            steps.push(StepReport {
+                index: step.index,
+                plugin: step.entry.plugin_type.clone(),
+                verb: step.command.as_str(),
+                duration: started.elapsed(),
+                abort,
+            });
+        }
     }
 
     /// Run one step. On failure also returns the IPAM type whose allocation
@@ -730,7 +768,8 @@ impl Executor {
                     path.display()
                 ));
                 let deadline = Limits::resolve(&step.entry.limits).deadline_ms;
-                return native::exec(
+                let started = Instant::now();
+                let out = native::exec(
                     &path,
                     &plugin,
                     step.command,
@@ -739,13 +778,14 @@ impl Executor {
                     &config,
                     &self.conf.cni_version,
                     Duration::from_millis(deadline),
-                )
-                .map_err(at);
+                );
+                self.report(step, started, None);
+                return out.map_err(at);
             }
             Err(e) => return Err(at(e.into())),
         };
         let request = request_for(att, config.clone(), prev);
-        let services = Arc::new(self.services(step.entry, step.command, &request, att, valid));
+        let services = Arc::new(self.services(step, step.command, &request, att, valid));
         let call = match step.command {
             Command::Add => Call::Add(&request),
             Command::Del => Call::Del(&request),
@@ -761,7 +801,14 @@ impl Executor {
             call.verb()
         ));
         let limits = Limits::resolve(&step.entry.limits);
-        match self.runtime.call(&plugin, limits, services.clone(), call) {
+        let started = Instant::now();
+        let outcome = self.runtime.call(&plugin, limits, services.clone(), call);
+        let abort = match &outcome {
+            Err(CallError::Aborted { cause, .. }) => Some(cause.kind()),
+            _ => None,
+        };
+        self.report(step, started, abort);
+        match outcome {
             Ok(Some(r)) => {
                 let r = convert::from_wit(r);
                 // A plugin's result is untrusted input like any other:

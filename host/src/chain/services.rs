@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::{native, Attachment};
+use super::{native, Attachment, StepReport, Steps};
 use crate::cni::config::{ChainEntry, Limits as ConfLimits};
 use crate::cni::{CniError, Command, ErrorCode};
 use crate::error::HostError;
@@ -18,6 +18,8 @@ use crate::store::{Owner, Scope, StateStore};
 
 pub(super) struct StepServices {
     runtime: Arc<Runtime>,
+    /// The step's index, and where the delegate's calls are reported.
+    steps: (usize, Steps),
     command: Command,
     network: String,
     /// The plugin this step runs (its store scope).
@@ -43,6 +45,7 @@ impl StepServices {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
         runtime: Arc<Runtime>,
+        steps: (usize, Steps),
         store: Arc<dyn StateStore>,
         net: Option<NetAccess>,
         cni_path: &[PathBuf],
@@ -73,6 +76,7 @@ impl StepServices {
         };
         StepServices {
             runtime,
+            steps,
             command,
             network: network.to_string(),
             plugin_type: entry.plugin_type.clone(),
@@ -172,6 +176,7 @@ impl StepServices {
         // The delegate cannot delegate further: no IPAM type of its own.
         let inner = Arc::new(StepServices {
             runtime: self.runtime.clone(),
+            steps: self.steps.clone(),
             command: self.command,
             network: self.network.clone(),
             plugin_type: ipam_type.to_string(),
@@ -187,7 +192,21 @@ impl StepServices {
             cni_version: self.cni_version.clone(),
             held: Mutex::new(None),
         });
-        Ok(self.runtime.call(&plugin, limits, inner, call)?)
+        let started = Instant::now();
+        let outcome = self.runtime.call(&plugin, limits, inner, call);
+        if let Ok(mut steps) = self.steps.1.lock() {
+            steps.push(StepReport {
+                index: self.steps.0,
+                plugin: ipam_type.to_string(),
+                verb: self.command.as_str(),
+                duration: started.elapsed(),
+                abort: match &outcome {
+                    Err(CallError::Aborted { cause, .. }) => Some(cause.kind()),
+                    _ => None,
+                },
+            });
+        }
+        Ok(outcome?)
     }
 }
 
