@@ -347,11 +347,15 @@ impl Ctx {
             };
             let place = ask.place();
             if let (Basis::Created(name, id), Some((side, ns))) = (&basis, place) {
-                if let Err(e) = verify_created(backend.as_mut(), &access, side, ns, name, id) {
-                    return Ok(Err(match e {
-                        NetError::Invalid(why) => self.refuse(why),
-                        e => to_wit(e),
-                    }));
+                let key = (side, ns, name.clone(), id.index);
+                if !self.verified.contains(&key) {
+                    if let Err(e) = verify_created(backend.as_mut(), &access, side, ns, name, id) {
+                        log::warn(format_args!("plugin {}: {e}", self.plugin));
+                        return Ok(Err(to_wit(e)));
+                    }
+                    // Checked once per call: the plugin's own deletes clear
+                    // this (a veth takes its peer along).
+                    self.verified.insert(key);
                 }
             }
             let add = access.command == Command::Add;
@@ -455,7 +459,9 @@ fn verify_created(
 ) -> Result<(), NetError> {
     let live = match net.link_by_name(ns, name) {
         Ok(l) if l.id() == *id => return Ok(()),
-        Ok(l) => Err(NetError::Invalid(format!(
+        // As far as this attachment goes, its link is gone: a DEL carries
+        // on (and spares the other link).
+        Ok(l) => Err(NetError::NotFound(format!(
             "link {name:?} in the {} namespace is no longer the one this attachment created (it was {} #{}, it is {} #{})",
             side.as_str(),
             id.kind,
@@ -748,6 +754,7 @@ impl HostNetns for Ctx {
         let out = self.act(&[Ask::Delete(side, id, &name)], |net, _| {
             Ok((net.delete_link(id, &name)?, Vec::new()))
         })?;
+        self.verified.clear();
         if out.is_ok() || matches!(out, Err(WitError::NotFound(_))) {
             self.forget_created(side, &name);
         }

@@ -34,7 +34,7 @@ use crate::cni::Command;
 use crate::net::{IpNet, LinkId, MacvlanMode, RT_TABLE_MAIN};
 
 /// Which namespace a handle names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Side {
     Container,
     Node,
@@ -203,21 +203,26 @@ impl Grants {
         self.reach(side, name)
     }
 
-    /// Whether `name` is the attachment's, whatever the verb.
+    /// Whether `name` is the attachment's, whatever the verb. A link the
+    /// attachment recorded as created is its own only as that link, even
+    /// CNI_IFNAME: a late DEL for an old container must not take the
+    /// interface a newer container made under the same name in the same
+    /// namespace.
     fn reach(&self, side: Side, name: &str) -> Verdict<Basis> {
+        if let Some(id) = self.created(side).get(name) {
+            return Ok(Basis::Created(name.to_string(), id.clone()));
+        }
         let granted = match side {
             Side::Container => name == self.ifname || name == "lo",
             Side::Node => self.config.named.contains(name),
         };
         if granted {
-            return Ok(Basis::Granted);
-        }
-        match self.created(side).get(name) {
-            Some(id) => Ok(Basis::Created(name.to_string(), id.clone())),
-            None => Err(format!(
+            Ok(Basis::Granted)
+        } else {
+            Err(format!(
                 "link {name:?} in the {} namespace does not belong to this attachment",
                 side.as_str()
-            )),
+            ))
         }
     }
 
@@ -238,16 +243,16 @@ impl Grants {
     /// May the plugin delete `name`?
     pub fn delete(&self, side: Side, name: &str) -> Verdict<Basis> {
         self.may_write(&format!("deleting link {name:?}"))?;
+        if let Some(id) = self.created(side).get(name) {
+            return Ok(Basis::Created(name.to_string(), id.clone()));
+        }
         if side == Side::Container && name == self.ifname {
             return Ok(Basis::Granted);
         }
-        match self.created(side).get(name) {
-            Some(id) => Ok(Basis::Created(name.to_string(), id.clone())),
-            None => Err(format!(
-                "may not delete {name:?} in the {} namespace: not created for this attachment",
-                side.as_str()
-            )),
-        }
+        Err(format!(
+            "may not delete {name:?} in the {} namespace: not created for this attachment",
+            side.as_str()
+        ))
     }
 
     /// May the plugin add (`add`) or delete `addr` on `link`?
@@ -386,6 +391,18 @@ mod tests {
         assert!(g.delete(Side::Container, "eth0").is_ok());
         assert!(g.delete(Side::Container, "lo").is_err());
         assert!(g.delete(Side::Container, "eth1").is_err());
+    }
+
+    #[test]
+    fn a_recorded_ifname_is_the_attachments_only_as_that_link() {
+        let mut g = grants(Command::Del);
+        g.created_container.insert("eth0".into(), id(3));
+        let own = Basis::Created("eth0".into(), id(3));
+        assert_eq!(g.change(Side::Container, "eth0"), Ok(own.clone()));
+        assert_eq!(g.delete(Side::Container, "eth0"), Ok(own));
+        // Unrecorded (a DEL without a record), it is granted by name.
+        let g = grants(Command::Del);
+        assert_eq!(g.delete(Side::Container, "eth0"), Ok(Basis::Granted));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The data of one plugin call's `Store`: what the host imports work with.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -8,8 +9,10 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::host_network::NetAccess;
 use super::limits::MemoryCap;
+use super::policy::Side;
 use super::Services;
 use crate::cni::Command;
+use crate::net::NsId;
 use crate::store::{Owner, Scope, StateStore, Txn};
 
 /// The store scope a call may use, with the owner and verb the host set.
@@ -42,6 +45,9 @@ pub struct Ctx {
     pub(crate) store_busy: Option<String>,
     /// Bytes logged in this call, against [`super::host_log::MAX_LOG_BYTES`].
     pub(crate) log_bytes: usize,
+    /// Links this call found to still be the ones the attachment created
+    /// (side, namespace, name, ifindex): checked once per call.
+    pub(crate) verified: HashSet<(Side, NsId, String, u32)>,
     pub(crate) services: Arc<dyn Services>,
     pub(crate) store: Option<StoreAccess>,
     pub(crate) net: Option<NetAccess>,
@@ -79,6 +85,7 @@ impl Ctx {
             deadline_hit: false,
             store_busy: None,
             log_bytes: 0,
+            verified: HashSet::new(),
             services,
         }
     }
