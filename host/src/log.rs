@@ -2,8 +2,12 @@
 //! reserved for the CNI result or error.
 //!
 //! The level comes from `WASM_CNI_LOG` (`error`, `warn`, `info`, `debug`;
-//! default `warn`).
+//! default `warn`). A daemon serving a request [`capture`]s what the request
+//! logs, at the level its client asked for, and hands it back to the client,
+//! so a runtime sees on the client's stderr exactly what a per-invocation
+//! process would have printed.
 
+use std::cell::RefCell;
 use std::fmt::Display;
 use std::io::Write;
 use std::sync::OnceLock;
@@ -26,7 +30,7 @@ impl Level {
         }
     }
 
-    fn parse(s: &str) -> Option<Level> {
+    pub fn parse(s: &str) -> Option<Level> {
         match s.trim().to_ascii_lowercase().as_str() {
             "error" => Some(Level::Error),
             "warn" | "warning" => Some(Level::Warn),
@@ -43,12 +47,45 @@ fn max_level() -> Level {
         std::env::var("WASM_CNI_LOG")
             .ok()
             .and_then(|v| Level::parse(&v))
-            .unwrap_or(Level::Warn)
+            .unwrap_or(DEFAULT_LEVEL)
     })
 }
 
+/// The default level when `WASM_CNI_LOG` says nothing usable.
+pub const DEFAULT_LEVEL: Level = Level::Warn;
+
+struct Capture {
+    level: Level,
+    text: String,
+}
+
+thread_local! {
+    static CAPTURE: RefCell<Option<Capture>> = const { RefCell::new(None) };
+}
+
+/// Run `f`, collecting what it logs on this thread at `level` or above
+/// instead of writing it to stderr; returns its value and the lines.
+pub fn capture<T>(level: Level, f: impl FnOnce() -> T) -> (T, String) {
+    let outer = CAPTURE.with(|c| {
+        c.borrow_mut().replace(Capture {
+            level,
+            text: String::new(),
+        })
+    });
+    let value = f();
+    let text = CAPTURE.with(|c| {
+        let mut slot = c.borrow_mut();
+        let mine = slot.take().map(|c| c.text).unwrap_or_default();
+        *slot = outer;
+        mine
+    });
+    (value, text)
+}
+
 pub fn enabled(level: Level) -> bool {
-    level <= max_level()
+    CAPTURE
+        .with(|c| c.borrow().as_ref().map(|c| level <= c.level))
+        .unwrap_or_else(|| level <= max_level())
 }
 
 /// Log one line, `wasm-cni[<source>] <level>: <message>`. `source` names the
@@ -57,13 +94,22 @@ pub fn log(level: Level, source: &str, message: impl Display) {
     if !enabled(level) {
         return;
     }
-    let mut err = std::io::stderr().lock();
-    // A closed stderr must not fail the CNI operation.
-    let _ = if source.is_empty() {
-        writeln!(err, "wasm-cni {}: {message}", level.as_str())
+    let line = if source.is_empty() {
+        format!("wasm-cni {}: {message}\n", level.as_str())
     } else {
-        writeln!(err, "wasm-cni[{source}] {}: {message}", level.as_str())
+        format!("wasm-cni[{source}] {}: {message}\n", level.as_str())
     };
+    let captured = CAPTURE.with(|c| match c.borrow_mut().as_mut() {
+        Some(c) => {
+            c.text.push_str(&line);
+            true
+        }
+        None => false,
+    });
+    if !captured {
+        // A closed stderr must not fail the CNI operation.
+        let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    }
 }
 
 pub fn error(message: impl Display) {
@@ -82,6 +128,26 @@ pub fn debug(message: impl Display) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_capture_collects_this_threads_lines_at_its_level() {
+        let ((), text) = capture(Level::Info, || {
+            info("kept");
+            debug("dropped");
+            log(Level::Warn, "bridge", "from a plugin");
+            let ((), inner) = capture(Level::Debug, || debug("inner"));
+            assert_eq!(inner, "wasm-cni debug: inner\n");
+        });
+        assert_eq!(
+            text,
+            "wasm-cni info: kept\nwasm-cni[bridge] warn: from a plugin\n"
+        );
+        // Another thread's lines are its own.
+        let ((), text) = capture(Level::Debug, || {
+            std::thread::spawn(|| debug("elsewhere")).join().unwrap();
+        });
+        assert_eq!(text, "");
+    }
 
     #[test]
     fn levels_parse_and_order() {
