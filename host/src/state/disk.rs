@@ -145,6 +145,31 @@ impl AttachmentRecords for DiskRecords {
         lock_file(&self.lock_path(network, cid, ifname), deadline)
     }
 
+    fn sweep(&self, network: &str) {
+        let Ok(entries) = fs::read_dir(self.dir(network)) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let Some(name) = name.to_str() else { continue };
+            // `.<containerID>:<ifname>.json.<pid>.<n>.tmp`, from write_atomic.
+            let Some(rest) = name.strip_prefix('.').filter(|_| name.ends_with(".tmp")) else {
+                continue;
+            };
+            let Some((att, _)) = rest.split_once(".json.") else {
+                continue;
+            };
+            let Some((cid, ifname)) = att.rsplit_once(':') else {
+                continue;
+            };
+            // Only while nobody works on the attachment: then no writer is
+            // alive to finish the file.
+            if let Ok(_held) = self.lock(network, cid, ifname, None) {
+                let _ = fs::remove_file(e.path());
+            }
+        }
+    }
+
     fn lock_all(&self) -> io::Result<Lock> {
         let path = self.locks.join("all.lock");
         if let Some(dir) = path.parent() {
@@ -199,6 +224,26 @@ mod tests {
         fs::write(dir.join("networks/net1/z:eth0.json"), b"{not json").unwrap();
         assert_eq!(DiskRecords::new(&dir).list("net1").unwrap().len(), 2);
         assert!(DiskRecords::new(&dir).load("net1", "z", "eth0").is_err());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn sweeping_removes_dead_writers_temporary_files_only() {
+        let dir = std::env::temp_dir().join(format!("wasm-cni-rsweep-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let records = DiskRecords::new(&dir);
+        fs::create_dir_all(dir.join("networks/n")).unwrap();
+        let dead = dir.join("networks/n/.c1:eth0.json.4242.0.tmp");
+        let busy = dir.join("networks/n/.c2:eth0.json.4242.1.tmp");
+        let other = dir.join("networks/n/notes.txt");
+        for f in [&dead, &busy, &other] {
+            fs::write(f, b"x").unwrap();
+        }
+        let held = records.lock("n", "c2", "eth0", None).unwrap();
+        records.sweep("n");
+        assert!(!dead.exists());
+        assert!(busy.exists() && other.exists());
+        drop(held);
         fs::remove_dir_all(&dir).unwrap();
     }
 

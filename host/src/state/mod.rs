@@ -124,6 +124,9 @@ pub trait AttachmentRecords {
         ifname: &str,
         deadline: Option<Instant>,
     ) -> io::Result<Lock>;
+    /// Remove what writers killed mid-write left of this network's records
+    /// (temporary files of attachments nobody is working on).
+    fn sweep(&self, _network: &str) {}
     /// One lock for the whole state directory, held briefly: around an ADD
     /// writing its pending record, and while a failed ADD decides whether it
     /// may undo changes other attachments could depend on.
