@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 use serde_json::{Map, Value};
 
 use crate::cni::config::DEFAULT_STATE_DIR;
-use crate::edge::{self, DEFAULT_CACHE_DIR};
+use crate::edge::DEFAULT_CACHE_DIR;
 use crate::sandbox::{sha256_hex, Runtime};
 use crate::store::{admin, DiskStore};
 
@@ -75,6 +75,38 @@ enum Cmd {
     /// IPAM allocations in the state store.
     #[command(subcommand)]
     Ipam(IpamCmd),
+    /// Serve CNI requests on a unix socket, with the engine and components
+    /// kept warm, for networks whose config sets "daemon": "prefer" or
+    /// "require" (see the README). Stops on SIGTERM or SIGINT once the
+    /// requests in flight are done.
+    Daemon(DaemonArgs),
+}
+
+#[derive(clap::Args)]
+struct DaemonArgs {
+    /// The socket to listen on (its directory is made 0700, the socket
+    /// 0600). Ignored when systemd passes a socket (LISTEN_FDS).
+    #[arg(long, default_value = crate::daemon::client::DEFAULT_SOCKET)]
+    socket: PathBuf,
+    /// Also serve this non-root uid (repeatable).
+    #[arg(long, value_name = "UID")]
+    allow_uid: Vec<u32>,
+    /// Also serve peers of this gid (repeatable).
+    #[arg(long, value_name = "GID")]
+    allow_gid: Vec<u32>,
+    /// Serve Prometheus metrics at GET /metrics: `unix:/PATH` (reachable
+    /// from no pod) or `tcp:127.0.0.1:PORT`. Off unless given.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<crate::daemon::MetricsAddr>,
+    /// Requests served at once; further ones wait their turn.
+    #[arg(long, default_value_t = 64)]
+    max_concurrent: usize,
+    /// A client has this long to send its request.
+    #[arg(long, default_value_t = 5000, value_name = "MS")]
+    read_timeout_ms: u64,
+    /// The daemon's own log lines as JSON objects, one per line.
+    #[arg(long)]
+    json_log: bool,
 }
 
 #[derive(Subcommand)]
@@ -147,6 +179,7 @@ pub fn main() -> i32 {
         Cmd::Plugins(d) => plugins(&d, false),
         Cmd::Compile(d) => plugins(&d, true),
         Cmd::Ipam(c) => ipam(c),
+        Cmd::Daemon(d) => daemon(d),
     };
     match result {
         Ok(code) => code,
@@ -232,11 +265,24 @@ fn attach(command: &str, a: AttachArgs) -> Result<i32, String> {
         ("CNI_PATH".to_string(), cni_path),
     ];
     let bytes = serde_json::to_vec(&stdin).map_err(|e| e.to_string())?;
-    let out = edge::run(vars, &mut bytes.as_slice());
+    // The same door a runtime goes through: the daemon, if the config asks.
+    let out = crate::daemon::client::run(vars, bytes);
+    eprint!("{}", out.stderr);
     if !out.stdout.is_empty() {
         println!("{}", out.stdout.trim_end());
     }
     Ok(out.exit_code)
+}
+
+fn daemon(d: DaemonArgs) -> Result<i32, String> {
+    let mut opts = crate::daemon::Options::new(d.socket);
+    opts.allow_uids = d.allow_uid;
+    opts.allow_gids = d.allow_gid;
+    opts.metrics = d.metrics;
+    opts.max_concurrent = d.max_concurrent;
+    opts.read_timeout = std::time::Duration::from_millis(d.read_timeout_ms);
+    opts.json_log = d.json_log;
+    crate::daemon::serve(opts).map(|()| 0)
 }
 
 fn plugins(d: &DirArgs, compile: bool) -> Result<i32, String> {

@@ -12,6 +12,7 @@
 pub mod chain;
 pub mod cli;
 pub mod cni;
+pub mod daemon;
 pub mod edge;
 pub mod error;
 mod fsutil;

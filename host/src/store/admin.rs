@@ -100,6 +100,16 @@ fn view(key: &str, e: &Entry, wait: Option<u64>, now: u64) -> EntryView {
 
 /// Every scope with entries, of one network or all, as of `now` (ms).
 pub fn list(store: &dyn StateStore, network: Option<&str>, now: u64) -> io::Result<Vec<ScopeView>> {
+    list_by(store, network, now, None)
+}
+
+/// [`list`], skipping any scope another call holds past `deadline`.
+pub fn list_by(
+    store: &dyn StateStore,
+    network: Option<&str>,
+    now: u64,
+    deadline: Option<std::time::Instant>,
+) -> io::Result<Vec<ScopeView>> {
     let networks = match network {
         Some(n) => vec![n.to_string()],
         None => store.networks()?,
@@ -114,7 +124,11 @@ pub fn list(store: &dyn StateStore, network: Option<&str>, now: u64) -> io::Resu
             };
             // Read under the scope's lock for a consistent snapshot; never
             // committed.
-            let mut txn = store.begin(&scope)?;
+            let mut txn = match store.begin_by(&scope, deadline) {
+                Ok(t) => t,
+                Err(e) if e.kind() == io::ErrorKind::TimedOut => continue,
+                Err(e) => return Err(e),
+            };
             let data = txn.data();
             if data.entries.is_empty() {
                 continue;

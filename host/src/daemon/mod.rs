@@ -1,0 +1,647 @@
+//! `wasm-cni daemon`: a long-lived front door to the same edge and chain
+//! executor a per-invocation process runs, behind a unix socket.
+//!
+//! What it keeps warm: the wasm engine and its linker, every component it
+//! has loaded (compiled, pre-linked, reloaded when its file changes). What
+//! it does not: anything a call could leak into the next. Each call still
+//! gets a fresh store and instance under the same limits and policy, and
+//! all state is on disk in the same layout, written through, under the same
+//! locks as per-invocation processes: a daemon and per-invocation processes
+//! can serve one node side by side, and a daemon that dies loses nothing.
+//!
+//! * The socket: default `/run/wasm-cni/daemon.sock`, its directory 0700,
+//!   the socket 0600; every peer's credentials are checked (root, or a uid
+//!   or gid given with `--allow-uid`/`--allow-gid`); a systemd socket
+//!   (`LISTEN_FDS`) is used when there is one.
+//! * A connection carries one request (`wire`), read under a deadline and
+//!   a size limit: a peer that stalls, sends garbage or too much is cut off
+//!   and counted, and holds up nothing else.
+//! * Different attachments run concurrently (a thread per request);
+//!   requests for one (network, container id, ifname) run one at a time in
+//!   arrival order.
+//! * SIGTERM or SIGINT: stop accepting, finish what is in flight, exit 0.
+//! * One log line per request on stderr (text or JSON), and Prometheus
+//!   metrics when asked for (`metrics`).
+
+pub mod client;
+mod metrics;
+pub mod wire;
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::cni::{CniError, Command, ErrorCode};
+use crate::edge::{self, Host, Outcome};
+use crate::log::{self, Level};
+use metrics::Metrics;
+pub use metrics::MetricsAddr;
+use wire::{Request, Response, WireError};
+
+/// How `wasm-cni daemon` runs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub socket: PathBuf,
+    /// Non-root peers allowed, by uid or by gid.
+    pub allow_uids: Vec<u32>,
+    pub allow_gids: Vec<u32>,
+    pub metrics: Option<MetricsAddr>,
+    /// Requests served at once; more wait for a slot (and say so in the
+    /// log) rather than being refused.
+    pub max_concurrent: usize,
+    /// A peer has this long to send its whole request.
+    pub read_timeout: Duration,
+    pub json_log: bool,
+}
+
+impl Options {
+    pub fn new(socket: PathBuf) -> Self {
+        Options {
+            socket,
+            allow_uids: Vec::new(),
+            allow_gids: Vec::new(),
+            metrics: None,
+            max_concurrent: 64,
+            read_timeout: Duration::from_secs(5),
+            json_log: false,
+        }
+    }
+}
+
+/// What the request threads share.
+struct Shared {
+    opts: Options,
+    host: Host,
+    turns: Turns,
+    metrics: Metrics,
+    slots: Arc<Slots>,
+    stopping: AtomicBool,
+}
+
+/// Run until SIGTERM or SIGINT; `Ok` once everything in flight is done.
+pub fn serve(opts: Options) -> Result<(), String> {
+    let signals = block_signals()?;
+    let (listener, owned) = listen(&opts.socket)?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| format!("socket: {e}"))?;
+    let host = Host::new();
+    host.warm().map_err(|e| e.to_string())?;
+    let shared = Arc::new(Shared {
+        metrics: Metrics::new(),
+        slots: Arc::new(Slots::new(opts.max_concurrent.max(1))),
+        turns: Turns::default(),
+        host,
+        stopping: AtomicBool::new(false),
+        opts,
+    });
+    let (wake_read, wake_write) =
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| e.to_string())?;
+    spawn_signal_thread(signals, wake_write)?;
+    if let Some(addr) = shared.opts.metrics.clone() {
+        let s = shared.clone();
+        metrics::serve(addr, move || s.metrics.render())?;
+    }
+    daemon_log(
+        &shared.opts,
+        &format!("listening on {}", shared.opts.socket.display()),
+        json!({"event": "start", "socket": shared.opts.socket}),
+    );
+    accept_loop(&shared, &listener, &wake_read);
+    shared.stopping.store(true, Ordering::SeqCst);
+    drop(listener);
+    if owned {
+        let _ = fs::remove_file(&shared.opts.socket);
+    }
+    daemon_log(
+        &shared.opts,
+        "stopping: finishing the requests in flight",
+        json!({"event": "stopping", "inFlight": shared.slots.busy()}),
+    );
+    shared.slots.wait_idle();
+    daemon_log(&shared.opts, "stopped", json!({"event": "stop"}));
+    Ok(())
+}
+
+fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener, wake: &OwnedFd) {
+    use rustix::event::{poll, PollFd, PollFlags};
+    loop {
+        let mut fds = [
+            PollFd::new(listener, PollFlags::IN),
+            PollFd::new(wake, PollFlags::IN),
+        ];
+        match poll(&mut fds, None) {
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => {
+                log::error(format_args!("daemon: poll: {e}"));
+                return;
+            }
+        }
+        if !fds[1].revents().is_empty() {
+            return;
+        }
+        loop {
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    let s = shared.clone();
+                    let slot = s.slots.take();
+                    let spawned = std::thread::Builder::new()
+                        .name("wasm-cni-request".into())
+                        // Wasm runs on this thread's stack (1 MiB at most)
+                        // above the host's own frames.
+                        .stack_size(8 << 20)
+                        .spawn(move || {
+                            let _slot = slot;
+                            handle(&s, stream);
+                        });
+                    if let Err(e) = spawned {
+                        log::error(format_args!("daemon: cannot start a request thread: {e}"));
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    log::warn(format_args!("daemon: accept: {e}"));
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Why a connection got no service.
+fn refuse(shared: &Shared, stream: &mut UnixStream, reason: &'static str, detail: String) {
+    shared.metrics.refused(reason);
+    daemon_log(
+        &shared.opts,
+        &format!("refused a connection: {detail}"),
+        json!({"event": "refused", "reason": reason, "detail": detail}),
+    );
+    let e = CniError::new(ErrorCode::Internal, format!("wasm-cni daemon: {detail}"));
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+    let _ = Response {
+        exit_code: 1,
+        stdout: e.to_json(None),
+        stderr: String::new(),
+    }
+    .write(stream);
+}
+
+fn handle(shared: &Shared, mut stream: UnixStream) {
+    let started = Instant::now();
+    // Nonblocking was the listener's; this thread waits.
+    if stream.set_nonblocking(false).is_err() {
+        return;
+    }
+    let cred = match rustix::net::sockopt::socket_peercred(&stream) {
+        Ok(c) => c,
+        Err(e) => {
+            return refuse(
+                shared,
+                &mut stream,
+                "peer",
+                format!("no peer credentials: {e}"),
+            )
+        }
+    };
+    let (uid, gid) = (cred.uid.as_raw(), cred.gid.as_raw());
+    let allowed =
+        uid == 0 || shared.opts.allow_uids.contains(&uid) || shared.opts.allow_gids.contains(&gid);
+    if !allowed {
+        return refuse(
+            shared,
+            &mut stream,
+            "peer",
+            format!(
+                "peer pid {} uid {uid} gid {gid} is not root and not allowed (--allow-uid, --allow-gid)",
+                cred.pid.as_raw_nonzero()
+            ),
+        );
+    }
+    let deadline = started + shared.opts.read_timeout;
+    let request = match Request::read(&mut DeadlineReader {
+        stream: &stream,
+        deadline,
+    }) {
+        Ok(r) => r,
+        Err(e) if e.is_timeout() => {
+            let ms = shared.opts.read_timeout.as_millis();
+            let detail = format!(
+                "the request took too long: uid {uid} sent no whole request within {ms} ms"
+            );
+            return refuse(shared, &mut stream, "timeout", detail);
+        }
+        Err(e) => {
+            let reason = match &e {
+                WireError::TooLarge { .. } => "too_large",
+                WireError::Io(_) => "truncated",
+                _ => "malformed",
+            };
+            return refuse(
+                shared,
+                &mut stream,
+                reason,
+                format!("bad request from uid {uid}: {e}"),
+            );
+        }
+    };
+    let vars: Vec<(String, String)> = request
+        .env
+        .into_iter()
+        .filter(|(k, _)| wire::forwarded(k))
+        .collect();
+    let var = |k: &str| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    let level = var("WASM_CNI_LOG")
+        .and_then(Level::parse)
+        .unwrap_or(log::DEFAULT_LEVEL);
+    let key = match var("CNI_COMMAND") {
+        Some("ADD" | "DEL" | "CHECK") => Some((
+            network_of(&request.stdin),
+            var("CNI_CONTAINERID").unwrap_or_default().to_string(),
+            var("CNI_IFNAME").unwrap_or_default().to_string(),
+        )),
+        _ => None,
+    };
+    let (out, logged) = {
+        let _turn = key.map(|k| shared.turns.enter(k));
+        log::capture(level, || {
+            if shared.stopping.load(Ordering::SeqCst) && var("CNI_COMMAND") == Some("STATUS") {
+                let e = CniError::new(
+                    ErrorCode::StatusUnavailable,
+                    "the wasm-cni daemon is shutting down",
+                );
+                return Outcome {
+                    stdout: e.to_json(None),
+                    exit_code: 1,
+                    report: edge::Report::default(),
+                };
+            }
+            edge::run_on(&shared.host, vars.clone(), &mut request.stdin.as_slice())
+        })
+    };
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(10)));
+    let sent = Response {
+        exit_code: out.exit_code,
+        stdout: out.stdout.clone(),
+        stderr: logged,
+    }
+    .write(&mut stream);
+    let took = started.elapsed();
+    shared.metrics.observe(&out.report, took);
+    request_log(&shared.opts, &out, took, sent.err());
+}
+
+/// The network a request is for, to order requests per attachment.
+fn network_of(stdin: &[u8]) -> String {
+    serde_json::from_slice::<Value>(stdin)
+        .ok()
+        .and_then(|v| v.get("name")?.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// Reads with a read timeout that shrinks to what is left of `deadline`:
+/// a peer trickling a byte at a time still meets the deadline.
+struct DeadlineReader<'a> {
+    stream: &'a UnixStream,
+    deadline: Instant,
+}
+
+impl Read for DeadlineReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the request took too long",
+            ));
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        (&mut &*self.stream).read(buf)
+    }
+}
+
+/// One line per request: verb, network, container id, ifname, outcome,
+/// total time and time per plugin.
+fn request_log(opts: &Options, out: &Outcome, took: Duration, send: Option<io::Error>) {
+    let r = &out.report;
+    let verb = r.command.map_or("?", Command::as_str);
+    let outcome = match r.error_code {
+        None => "ok".to_string(),
+        Some(c) => format!("error {c}"),
+    };
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let steps: Vec<String> = r
+        .steps
+        .iter()
+        .map(|s| {
+            let abort = s.abort.map(|a| format!(" ({a})")).unwrap_or_default();
+            format!("{} {} {:.1} ms{abort}", s.plugin, s.verb, ms(s.duration))
+        })
+        .collect();
+    let unsent = send
+        .as_ref()
+        .map(|e| format!("; the answer was not delivered: {e}"));
+    let text = format!(
+        "{verb} network={:?} container={:?} ifname={:?} -> {outcome} in {:.1} ms [{}]{}",
+        r.network,
+        r.container_id,
+        r.ifname,
+        ms(took),
+        steps.join(", "),
+        unsent.clone().unwrap_or_default()
+    );
+    let steps_json: Vec<Value> = r
+        .steps
+        .iter()
+        .map(
+            |s| json!({"plugin": s.plugin, "verb": s.verb, "ms": ms(s.duration), "abort": s.abort}),
+        )
+        .collect();
+    daemon_log(
+        opts,
+        &text,
+        json!({
+            "event": "request", "verb": verb, "network": r.network,
+            "containerID": r.container_id, "ifname": r.ifname,
+            "outcome": if r.error_code.is_none() { "ok" } else { "error" },
+            "code": r.error_code, "ms": ms(took), "steps": steps_json,
+            "undelivered": unsent,
+        }),
+    );
+}
+
+/// The daemon's own lines on its stderr (the journal under systemd), as
+/// text or as one JSON object per line for log shippers.
+fn daemon_log(opts: &Options, text: &str, fields: Value) {
+    let line = if opts.json_log {
+        let mut fields = fields;
+        if let Value::Object(m) = &mut fields {
+            m.insert("ts".into(), json!(crate::state::now_ms()));
+        }
+        fields.to_string()
+    } else {
+        format!("wasm-cni daemon: {text}")
+    };
+    let _ = writeln!(io::stderr().lock(), "{line}");
+}
+
+type Key = (String, String, String);
+
+/// Requests for one attachment, one at a time, in arrival order: a ticket
+/// per request, served in ticket order.
+#[derive(Default)]
+struct Turns {
+    queues: Mutex<HashMap<Key, (u64, u64)>>,
+    turn: Condvar,
+}
+
+struct Turn<'a> {
+    turns: &'a Turns,
+    key: Key,
+}
+
+impl Turns {
+    fn enter(&self, key: Key) -> Turn<'_> {
+        let Ok(mut queues) = self.queues.lock() else {
+            return Turn { turns: self, key };
+        };
+        let (next, _) = queues.entry(key.clone()).or_insert((0, 0));
+        let ticket = *next;
+        *next += 1;
+        while queues
+            .get(&key)
+            .is_some_and(|&(_, serving)| serving != ticket)
+        {
+            queues = self.turn.wait(queues).unwrap_or_else(|p| p.into_inner());
+        }
+        Turn { turns: self, key }
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut queues) = self.turns.queues.lock() {
+            if let Some((next, serving)) = queues.get_mut(&self.key) {
+                *serving += 1;
+                if serving == next {
+                    queues.remove(&self.key);
+                }
+            }
+        }
+        self.turns.turn.notify_all();
+    }
+}
+
+/// At most `max` requests at once; the accept loop waits for a free slot.
+struct Slots {
+    busy: Mutex<usize>,
+    max: usize,
+    freed: Condvar,
+}
+
+impl Slots {
+    fn new(max: usize) -> Self {
+        Slots {
+            busy: Mutex::new(0),
+            max,
+            freed: Condvar::new(),
+        }
+    }
+
+    fn busy(&self) -> usize {
+        self.busy.lock().map(|b| *b).unwrap_or(0)
+    }
+
+    fn take(self: &Arc<Self>) -> SlotGuard {
+        if let Ok(mut busy) = self.busy.lock() {
+            while *busy >= self.max {
+                busy = self.freed.wait(busy).unwrap_or_else(|p| p.into_inner());
+            }
+            *busy += 1;
+        }
+        SlotGuard(self.clone())
+    }
+
+    fn wait_idle(&self) {
+        if let Ok(mut busy) = self.busy.lock() {
+            while *busy > 0 {
+                busy = self.freed.wait(busy).unwrap_or_else(|p| p.into_inner());
+            }
+        }
+    }
+}
+
+/// A held request slot, released on drop.
+struct SlotGuard(Arc<Slots>);
+
+impl Drop for SlotGuard {
+    fn drop(&mut self) {
+        if let Ok(mut busy) = self.0.busy.lock() {
+            *busy = busy.saturating_sub(1);
+        }
+        self.0.freed.notify_all();
+    }
+}
+
+/// The listening socket: systemd's, or one made at `path` (with its
+/// directory) for this process to remove when it stops.
+fn listen(path: &Path) -> Result<(UnixListener, bool), String> {
+    if let Some(l) = systemd_socket()? {
+        return Ok((l, false));
+    }
+    let dir = path
+        .parent()
+        .ok_or_else(|| format!("{}: no directory", path.display()))?;
+    if !dir.exists() {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    }
+    let meta = fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let me = rustix::process::geteuid().as_raw();
+    if meta.uid() != me {
+        return Err(format!(
+            "{} is owned by uid {}, not by this daemon (uid {me})",
+            dir.display(),
+            meta.uid()
+        ));
+    }
+    if meta.mode() & 0o077 != 0 {
+        // Only this daemon's peers reach the socket: its directory is ours.
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+            .map_err(|e| format!("restricting {}: {e}", dir.display()))?;
+    }
+    match fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => {
+            if UnixStream::connect(path).is_ok() {
+                return Err(format!("another daemon is listening on {}", path.display()));
+            }
+            // Left by a daemon that died: nobody answers on it.
+            fs::remove_file(path).map_err(|e| format!("removing stale {}: {e}", path.display()))?;
+        }
+        Ok(_) => return Err(format!("{} exists and is not a socket", path.display())),
+        Err(_) => {}
+    }
+    let listener =
+        UnixListener::bind(path).map_err(|e| format!("binding {}: {e}", path.display()))?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o600))
+        .map_err(|e| format!("restricting {}: {e}", path.display()))?;
+    Ok((listener, true))
+}
+
+/// The socket systemd passed (`LISTEN_FDS=1` for this pid, fd 3), if any.
+fn systemd_socket() -> Result<Option<UnixListener>, String> {
+    let pid = std::env::var("LISTEN_PID").ok();
+    let fds = std::env::var("LISTEN_FDS").ok();
+    let mine = pid.and_then(|p| p.parse::<u32>().ok()) == Some(std::process::id());
+    match (mine, fds.as_deref()) {
+        (true, Some("1")) => {}
+        (true, Some(n)) => return Err(format!("systemd passed {n} sockets; expected 1")),
+        _ => return Ok(None),
+    }
+    // SAFETY: systemd's protocol hands this process fd 3, open and
+    // listening, for it alone; nothing else in this process owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(3) };
+    let is_socket = rustix::fs::fstat(&fd)
+        .map(|st| rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Socket)
+        .unwrap_or(false);
+    if !is_socket {
+        return Err("LISTEN_FDS: fd 3 is not a socket".into());
+    }
+    Ok(Some(UnixListener::from(fd)))
+}
+
+/// Block SIGTERM and SIGINT in this thread and every thread it starts, so
+/// that only the signal thread receives them.
+fn block_signals() -> Result<libc::sigset_t, String> {
+    // SAFETY: the sigset is initialised by sigemptyset before any other use,
+    // and pthread_sigmask only reads it.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        if rc != 0 {
+            return Err(format!("blocking signals: errno {rc}"));
+        }
+        Ok(set)
+    }
+}
+
+fn spawn_signal_thread(set: libc::sigset_t, wake: OwnedFd) -> Result<(), String> {
+    std::thread::Builder::new()
+        .name("wasm-cni-signals".into())
+        .spawn(move || loop {
+            let mut sig: libc::c_int = 0;
+            // SAFETY: `set` is a valid, initialised signal set and `sig` a
+            // valid place for the answer.
+            let rc = unsafe { libc::sigwait(&set, &mut sig) };
+            if rc == 0 {
+                let _ = rustix::io::write(wake.as_fd(), b"x");
+                return;
+            }
+        })
+        .map(drop)
+        .map_err(|e| format!("starting the signal thread: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn turns_for_one_attachment_are_taken_in_arrival_order() {
+        let turns = Arc::new(Turns::default());
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let key = || ("net".to_string(), "c1".to_string(), "eth0".to_string());
+        let first = turns.enter(key());
+        let mut threads = Vec::new();
+        for i in 0..5 {
+            let (turns, order) = (turns.clone(), order.clone());
+            threads.push(std::thread::spawn(move || {
+                let _t = turns.enter(key());
+                order.lock().unwrap().push(i);
+            }));
+            // Arrival order: each takes its ticket before the next starts.
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Another attachment is not held up.
+        drop(turns.enter(("net".into(), "c2".into(), "eth0".into())));
+        drop(first);
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4]);
+        assert!(turns.queues.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn slots_bound_the_requests_in_flight() {
+        let slots = Arc::new(Slots::new(2));
+        let a = slots.take();
+        let b = slots.take();
+        assert_eq!(slots.busy(), 2);
+        let s = slots.clone();
+        let waiter = std::thread::spawn(move || drop(s.take()));
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(!waiter.is_finished());
+        drop(a);
+        waiter.join().unwrap();
+        drop(b);
+        slots.wait_idle();
+        assert_eq!(slots.busy(), 0);
+    }
+}

@@ -1,0 +1,234 @@
+//! The daemon's wire format, one request and one response per connection
+//! over a unix stream socket. Binary framing with lengths up front, so
+//! that a peer can neither make the daemon guess where a message ends nor
+//! make it buffer without bound:
+//!
+//! ```text
+//! request:  "WCNQ" u8:version u32:env-len env  u32:stdin-len stdin
+//! response: "WCNS" u8:version i32:exit-code u32:stdout-len stdout u32:stderr-len stderr
+//! ```
+//!
+//! Integers are big-endian. `env` is `KEY=VALUE` lines (the `CNI_*`
+//! variables and `WASM_CNI_LOG`, nothing else), `stdin` the runtime's stdin
+//! as it came; `stdout` is what the client prints, `stderr` the log lines
+//! the request produced at the client's log level.
+
+use std::io::{self, Read, Write};
+
+pub const VERSION: u8 = 1;
+const REQUEST_MAGIC: &[u8; 4] = b"WCNQ";
+const RESPONSE_MAGIC: &[u8; 4] = b"WCNS";
+
+/// The environment of a request: far more than CNI ever needs.
+pub const MAX_ENV_BYTES: usize = 64 << 10;
+/// The runtime's stdin: a network config with a prevResult, with room.
+pub const MAX_STDIN_BYTES: usize = 4 << 20;
+/// A response: the result (bounded per plugin) and the request's logs.
+pub const MAX_RESPONSE_BYTES: usize = 64 << 20;
+
+/// Whether a variable crosses to the daemon.
+pub fn forwarded(key: &str) -> bool {
+    key.starts_with("CNI_") || key == "WASM_CNI_LOG"
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    pub env: Vec<(String, String)>,
+    pub stdin: Vec<u8>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Response {
+    pub exit_code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Why a message could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    #[error("not a wasm-cni message")]
+    Magic,
+    #[error("wire version {0} (this side speaks {VERSION})")]
+    Version(u8),
+    #[error("{what} of {len} bytes is over the limit of {max}")]
+    TooLarge {
+        what: &'static str,
+        len: usize,
+        max: usize,
+    },
+    #[error("the environment is not KEY=VALUE lines of UTF-8")]
+    Env,
+    #[error("the output is not UTF-8")]
+    Output,
+    #[error("{0}")]
+    Io(#[from] io::Error),
+}
+
+impl WireError {
+    /// The peer went away, or was too slow for the read deadline.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, WireError::Io(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut))
+    }
+}
+
+fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
+    out.extend_from_slice(bytes);
+}
+
+impl Request {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut env = String::new();
+        for (k, v) in &self.env {
+            env.push_str(k);
+            env.push('=');
+            env.push_str(v);
+            env.push('\n');
+        }
+        let mut out = Vec::with_capacity(13 + env.len() + self.stdin.len());
+        out.extend_from_slice(REQUEST_MAGIC);
+        out.push(VERSION);
+        put_bytes(&mut out, env.as_bytes());
+        put_bytes(&mut out, &self.stdin);
+        out
+    }
+
+    /// Read one request, refusing oversized parts before reading them.
+    pub fn read(r: &mut impl Read) -> Result<Self, WireError> {
+        header(r, REQUEST_MAGIC)?;
+        let env = bytes(r, "the environment", MAX_ENV_BYTES)?;
+        let env = String::from_utf8(env).map_err(|_| WireError::Env)?;
+        let mut pairs = Vec::new();
+        for line in env.lines() {
+            let (k, v) = line.split_once('=').ok_or(WireError::Env)?;
+            if k.is_empty() || k.contains('\0') || v.contains('\0') {
+                return Err(WireError::Env);
+            }
+            pairs.push((k.to_string(), v.to_string()));
+        }
+        let stdin = bytes(r, "stdin", MAX_STDIN_BYTES)?;
+        Ok(Request { env: pairs, stdin })
+    }
+}
+
+impl Response {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(17 + self.stdout.len() + self.stderr.len());
+        out.extend_from_slice(RESPONSE_MAGIC);
+        out.push(VERSION);
+        out.extend_from_slice(&self.exit_code.to_be_bytes());
+        put_bytes(&mut out, self.stdout.as_bytes());
+        put_bytes(&mut out, self.stderr.as_bytes());
+        out
+    }
+
+    pub fn read(r: &mut impl Read) -> Result<Self, WireError> {
+        header(r, RESPONSE_MAGIC)?;
+        let mut code = [0u8; 4];
+        r.read_exact(&mut code)?;
+        let stdout = bytes(r, "the output", MAX_RESPONSE_BYTES)?;
+        let stderr = bytes(r, "the log", MAX_RESPONSE_BYTES)?;
+        Ok(Response {
+            exit_code: i32::from_be_bytes(code),
+            stdout: String::from_utf8(stdout).map_err(|_| WireError::Output)?,
+            stderr: String::from_utf8(stderr).map_err(|_| WireError::Output)?,
+        })
+    }
+
+    pub fn write(&self, w: &mut impl Write) -> io::Result<()> {
+        w.write_all(&self.encode())?;
+        w.flush()
+    }
+}
+
+fn header(r: &mut impl Read, magic: &[u8; 4]) -> Result<(), WireError> {
+    let mut head = [0u8; 5];
+    r.read_exact(&mut head)?;
+    if &head[..4] != magic {
+        return Err(WireError::Magic);
+    }
+    if head[4] != VERSION {
+        return Err(WireError::Version(head[4]));
+    }
+    Ok(())
+}
+
+fn bytes(r: &mut impl Read, what: &'static str, max: usize) -> Result<Vec<u8>, WireError> {
+    let mut len = [0u8; 4];
+    r.read_exact(&mut len)?;
+    let len = u32::from_be_bytes(len) as usize;
+    if len > max {
+        return Err(WireError::TooLarge { what, len, max });
+    }
+    let mut buf = vec![0u8; len];
+    r.read_exact(&mut buf)?;
+    Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_and_responses_round_trip() {
+        let req = Request {
+            env: vec![
+                ("CNI_COMMAND".into(), "ADD".into()),
+                ("CNI_ARGS".into(), "A=1;B=2".into()),
+            ],
+            stdin: b"{\"x\":1}\n\xff".to_vec(),
+        };
+        assert_eq!(Request::read(&mut req.encode().as_slice()).unwrap(), req);
+        let resp = Response {
+            exit_code: 1,
+            stdout: "{}".into(),
+            stderr: "wasm-cni warn: x\n".into(),
+        };
+        assert_eq!(Response::read(&mut resp.encode().as_slice()).unwrap(), resp);
+    }
+
+    #[test]
+    fn bad_input_is_an_error_not_a_panic_or_a_big_buffer() {
+        assert!(matches!(
+            Request::read(&mut &b"GET / HTTP/1.1\r\n"[..]),
+            Err(WireError::Magic)
+        ));
+        assert!(matches!(
+            Request::read(&mut &b"WCNQ\x09"[..]),
+            Err(WireError::Version(9))
+        ));
+        // A length of 4 GiB is refused before anything is allocated.
+        let mut huge = b"WCNQ\x01".to_vec();
+        huge.extend_from_slice(&u32::MAX.to_be_bytes());
+        assert!(matches!(
+            Request::read(&mut huge.as_slice()),
+            Err(WireError::TooLarge { .. })
+        ));
+        // Truncated: an I/O error (unexpected EOF).
+        let mut cut = Request {
+            env: vec![],
+            stdin: vec![1; 100],
+        }
+        .encode();
+        cut.truncate(50);
+        assert!(matches!(
+            Request::read(&mut cut.as_slice()),
+            Err(WireError::Io(_))
+        ));
+        let mut env = b"WCNQ\x01".to_vec();
+        env.extend_from_slice(&3u32.to_be_bytes());
+        env.extend_from_slice(b"abc");
+        assert!(matches!(
+            Request::read(&mut env.as_slice()),
+            Err(WireError::Env)
+        ));
+    }
+
+    #[test]
+    fn only_cni_variables_and_the_log_level_cross() {
+        assert!(forwarded("CNI_COMMAND") && forwarded("CNI_NETNS"));
+        assert!(forwarded("WASM_CNI_LOG"));
+        assert!(!forwarded("PATH") && !forwarded("HOME") && !forwarded("LD_PRELOAD"));
+    }
+}
