@@ -101,9 +101,118 @@ impl Drop for TempDir {
     }
 }
 
-/// A plugin directory, state directory and cache directory for one test.
-pub struct Sandbox {
+/// Whether this test run serves every chain through a daemon
+/// (`WASM_CNI_TEST_DAEMON=1`): the same tests, the other front door.
+pub fn daemon_mode() -> bool {
+    std::env::var_os("WASM_CNI_TEST_DAEMON").is_some_and(|v| v == "1")
+}
+
+/// A `wasm-cni daemon` started for a test inside a network namespace of
+/// the test's (the node it serves), listening in a temporary directory;
+/// stopped with SIGTERM when dropped (SIGKILL if it does not stop).
+pub struct Daemon {
     pub dir: TempDir,
+    pub socket: PathBuf,
+    child: Option<std::process::Child>,
+}
+
+impl Daemon {
+    /// Start a daemon in `netns` with `args` and wait until it answers.
+    pub fn start(netns: &str, args: &[&str]) -> Self {
+        let dir = TempDir::new("daemon");
+        let socket = dir.join("run/daemon.sock");
+        let log = std::fs::File::create(dir.join("daemon.log")).expect("daemon log");
+        let child = Command::new("ip")
+            .args(["netns", "exec", netns])
+            .arg(wasm_cni_bin())
+            .arg("daemon")
+            .arg("--socket")
+            .arg(&socket)
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn the daemon");
+        let mut d = Daemon {
+            dir,
+            socket,
+            child: Some(child),
+        };
+        d.wait_ready();
+        d
+    }
+
+    fn wait_ready(&mut self) {
+        let started = Instant::now();
+        while std::os::unix::net::UnixStream::connect(&self.socket).is_err() {
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
+                panic!("the daemon exited ({status}): {}", self.log());
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "the daemon did not listen: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// What the daemon wrote to stderr so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("daemon.log")).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, |c| c.id())
+    }
+
+    /// `conf` with `"daemon": mode` and this daemon's socket.
+    pub fn conf(&self, conf: &Value, mode: &str) -> Value {
+        let mut c = conf.clone();
+        c["daemon"] = mode.into();
+        c["daemonSocket"] = self.socket.to_string_lossy().into_owned().into();
+        c
+    }
+
+    /// Send `signal` and wait for the exit status.
+    pub fn stop_with(&mut self, signal: &str) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("the daemon is running");
+        let _ = Command::new("kill")
+            .args([&format!("-{signal}"), &child.id().to_string()])
+            .status();
+        let started = Instant::now();
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return status;
+            }
+            if started.elapsed() > Duration::from_secs(30) {
+                let _ = child.kill();
+                return child.wait().expect("wait for the daemon");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            self.stop_with("TERM");
+        }
+    }
+}
+
+/// A plugin directory, state directory and cache directory for one test.
+/// In daemon mode it also has a daemon, in a namespace of its own, that its
+/// configs name (`Pod::run` sends a pod's calls to the pod's node daemon).
+pub struct Sandbox {
+    pub daemon: Option<Daemon>,
+    pub dir: TempDir,
+    /// The namespace the sandbox's daemon runs in; dropped after it.
+    _daemon_ns: Option<Netns>,
 }
 
 impl Sandbox {
@@ -112,7 +221,17 @@ impl Sandbox {
         for sub in ["plugins", "state", "cache"] {
             std::fs::create_dir_all(dir.join(sub)).expect("mkdir");
         }
-        Sandbox { dir }
+        let (daemon, ns) = if daemon_mode() {
+            let ns = Netns::new("sbd");
+            (Some(Daemon::start(&ns.name, &[])), Some(ns))
+        } else {
+            (None, None)
+        };
+        Sandbox {
+            daemon,
+            dir,
+            _daemon_ns: ns,
+        }
     }
     pub fn plugin_dir(&self) -> PathBuf {
         self.dir.join("plugins")
@@ -132,9 +251,10 @@ impl Sandbox {
         .expect("install component");
         self
     }
-    /// A `wasm-cni` plugin config for `chain` with this sandbox's dirs.
+    /// A `wasm-cni` plugin config for `chain` with this sandbox's dirs
+    /// (and, in daemon mode, its daemon).
     pub fn conf(&self, cni_version: &str, name: &str, chain: Value) -> Value {
-        serde_json::json!({
+        let conf = serde_json::json!({
             "cniVersion": cni_version,
             "name": name,
             "type": "wasm-cni",
@@ -142,7 +262,11 @@ impl Sandbox {
             "stateDir": self.state_dir(),
             "cacheDir": self.cache_dir(),
             "chain": chain,
-        })
+        });
+        match &self.daemon {
+            Some(d) => d.conf(&conf, "require"),
+            None => conf,
+        }
     }
 }
 
@@ -428,23 +552,37 @@ impl Drop for Netns {
 }
 
 /// A node namespace and a container namespace, for running `wasm-cni` the
-/// way a runtime would: inside the node, pointing at the container.
+/// way a runtime would: inside the node, pointing at the container. In
+/// daemon mode a daemon runs in the node and serves the pod's calls.
 pub struct Pod {
+    pub daemon: Option<Daemon>,
     pub node: Netns,
     pub ctr: Netns,
 }
 
 impl Pod {
     pub fn new(tag: &str) -> Self {
+        let node = Netns::new(&format!("{tag}n"));
+        let daemon = daemon_mode().then(|| Daemon::start(&node.name, &[]));
         Pod {
-            node: Netns::new(&format!("{tag}n")),
+            daemon,
+            node,
             ctr: Netns::new(&format!("{tag}c")),
+        }
+    }
+
+    /// `conf` as this pod's calls send it: to the node's daemon in daemon
+    /// mode, unchanged otherwise.
+    pub fn conf(&self, conf: &Value) -> Value {
+        match &self.daemon {
+            Some(d) if conf.get("daemon").is_some() => d.conf(conf, "require"),
+            _ => conf.clone(),
         }
     }
 
     /// Run a verb of `wasm-cni` inside the node namespace for the container.
     pub fn run(&self, inv: Invocation<'_>, conf: &Value) -> Output {
         inv.netns(self.ctr.path())
-            .run_in(Some(&self.node.name), conf)
+            .run_in(Some(&self.node.name), &self.conf(conf))
     }
 }

@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde_json::{json, Value};
-use wasm_cni_tests::{is_root, plugin, Invocation, Netns, Output, Pod, Sandbox};
+use wasm_cni_tests::{
+    daemon_mode, is_root, plugin, Daemon, Invocation, Netns, Output, Pod, Sandbox,
+};
 
 const REFERENCE_DIR: &str = "/usr/lib/cni";
 const VERSIONS: &[&str] = &["0.3.1", "0.4.0", "1.0.0"];
@@ -459,12 +461,15 @@ fn two_containers_on_one_bridge_reach_each_other_and_the_gateway() {
     }
     let sb = sandbox("traffic");
     let node = Netns::new("tn");
+    // In daemon mode, the node's own daemon serves both.
+    let daemon = daemon_mode().then(|| Daemon::start(&node.name, &[]));
+    let via = |c: Value| daemon.as_ref().map_or(c.clone(), |d| d.conf(&c, "require"));
     let (a, b) = (Netns::new("ta"), Netns::new("tb"));
     for (ctr, ip, id) in [(&a, "10.211.0.2/24", "ca"), (&b, "10.211.0.3/24", "cb")] {
         Invocation::new("ADD")
             .id(id)
             .netns(ctr.path())
-            .run_in(Some(&node.name), &bridge_conf(&sb, ip))
+            .run_in(Some(&node.name), &via(bridge_conf(&sb, ip)))
             .assert_ok();
     }
     a.exec(&["ping", "-c", "1", "-W", "2", "10.211.0.3"]);
@@ -501,7 +506,7 @@ fn del_is_idempotent_and_survives_a_deleted_namespace() {
     let out = Invocation::new("DEL")
         .id("again")
         .netns(gone)
-        .run_in(Some(&pod.node.name), &conf);
+        .run_in(Some(&pod.node.name), &pod.conf(&conf));
     out.assert_ok();
     // The kernel tears a deleted namespace down asynchronously; its veth
     // peers in the node go with it shortly after.

@@ -169,12 +169,12 @@ fn the_node_namespace_cannot_pose_as_the_container() {
     let c = conf(&sb, json!({"ops": [{"op":"list-links"}]}));
     let out = Invocation::new("ADD")
         .netns(pod.node.path())
-        .run_in(Some(&pod.node.name), &c);
+        .run_in(Some(&pod.node.name), &pod.conf(&c));
     assert_eq!(outcomes(&out), ["refused"]);
     // A namespace that does not exist is "not found", which DEL tolerates.
     let out = Invocation::new("ADD")
         .netns("/run/netns/does-not-exist-wcni")
-        .run_in(Some(&pod.node.name), &c);
+        .run_in(Some(&pod.node.name), &pod.conf(&c));
     assert_eq!(outcomes(&out), ["not-found"]);
 }
 
