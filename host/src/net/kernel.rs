@@ -12,6 +12,7 @@
 
 mod socket;
 
+use std::collections::HashMap;
 use std::fmt::Display;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -42,6 +43,11 @@ use super::{
 
 pub struct KernelNet {
     namespaces: Vec<Namespace>,
+    /// Link indexes by (namespace, name), as last seen: a change addressed
+    /// by index needs no lookup first (an index names one link for its
+    /// life, so a stale entry fails, never hits another link; see
+    /// [`KernelNet::with_index`]). Forgotten on every delete.
+    names: HashMap<(u32, String), u32>,
 }
 
 struct Namespace {
@@ -61,7 +67,37 @@ impl KernelNet {
     pub fn new() -> Self {
         KernelNet {
             namespaces: Vec::new(),
+            names: HashMap::new(),
         }
+    }
+
+    fn remember(&mut self, ns: NsId, m: &LinkMessage) {
+        for a in &m.attributes {
+            if let LinkAttribute::IfName(name) = a {
+                self.names.insert((ns.0, name.clone()), m.header.index);
+            }
+        }
+    }
+
+    /// Run `f` with the index of `name`: the one last seen if any (and, if
+    /// that link has gone meanwhile, once more with a fresh lookup), else a
+    /// fresh one.
+    fn with_index<T>(
+        &mut self,
+        ns: NsId,
+        name: &str,
+        mut f: impl FnMut(&mut Self, u32) -> Result<T, NetError>,
+    ) -> Result<T, NetError> {
+        if let Some(&index) = self.names.get(&(ns.0, name.to_string())) {
+            match f(self, index) {
+                Err(NetError::NotFound(_)) => {
+                    self.names.remove(&(ns.0, name.to_string()));
+                }
+                done => return done,
+            }
+        }
+        let index = self.index_of(ns, name)?;
+        f(self, index)
     }
 
     fn ns(&mut self, id: NsId) -> Result<&mut Namespace, NetError> {
@@ -106,7 +142,10 @@ impl KernelNet {
             .get(RouteNetlinkMessage::GetLink(msg))
             .map_err(kerr(what))?
         {
-            RouteNetlinkMessage::NewLink(m) => Ok(m),
+            RouteNetlinkMessage::NewLink(m) => {
+                self.remember(ns, &m);
+                Ok(m)
+            }
             other => Err(unexpected(&other)),
         }
     }
@@ -161,12 +200,7 @@ impl KernelNet {
             .map_err(kerr(format!("hairpin on {name}")))
     }
 
-    fn route_msg(
-        &mut self,
-        ns: NsId,
-        route: &Route,
-        delete: bool,
-    ) -> Result<RouteMessage, NetError> {
+    fn route_msg(&mut self, route: &Route, delete: bool) -> Result<RouteMessage, NetError> {
         check_route(route, !delete)?;
         let v4 = route.dst.is_ipv4();
         let table = route.table.unwrap_or(RT_TABLE_MAIN);
@@ -221,11 +255,32 @@ impl KernelNet {
                 a.push(RouteAttribute::Metrics(metrics));
             }
         }
-        if let Some(dev) = &route.dev {
-            let index = self.index_of(ns, dev)?;
-            msg.attributes.push(RouteAttribute::Oif(index));
-        }
         Ok(msg)
+    }
+
+    /// Add or delete `route`: through its device by the index last seen.
+    fn route_op(&mut self, ns: NsId, route: &Route, delete: bool) -> Result<(), NetError> {
+        let msg = self.route_msg(route, delete)?;
+        let send = |net: &mut Self, msg: RouteMessage| {
+            let (req, flags) = match delete {
+                true => (RouteNetlinkMessage::DelRoute(msg), 0),
+                false => (
+                    RouteNetlinkMessage::NewRoute(msg),
+                    NLM_F_CREATE | NLM_F_EXCL,
+                ),
+            };
+            net.sock(ns)?
+                .ack(req, flags)
+                .map_err(kerr(format!("route to {}", route.dst)))
+        };
+        match &route.dev {
+            Some(dev) => self.with_index(ns, dev, |net, index| {
+                let mut msg = msg.clone();
+                msg.attributes.push(RouteAttribute::Oif(index));
+                send(net, msg)
+            }),
+            None => send(self, msg),
+        }
     }
 
     fn sysctl_path(key: &str) -> Result<String, NetError> {
@@ -343,7 +398,10 @@ impl Net for KernelNet {
         check_link_name(name)?;
         let mac = mac.map(parse_mac).transpose()?;
         let target_fd = self.raw_fd(target)?;
-        let master_index = self.index_of(ns, master)?;
+        let master_index = match self.names.get(&(ns.0, master.to_string())) {
+            Some(&i) => i,
+            None => self.index_of(ns, master)?,
+        };
         let mode = match mode {
             MacvlanMode::Bridge => NlMacVlanMode::Bridge,
             MacvlanMode::Private => NlMacVlanMode::Private,
@@ -435,13 +493,14 @@ impl Net for KernelNet {
             .sock(ns)?
             .dump(RouteNetlinkMessage::GetLink(LinkMessage::default()))
             .map_err(kerr("list links"))?;
-        Ok(all
-            .iter()
-            .filter_map(|m| match m {
-                RouteNetlinkMessage::NewLink(l) => Some(link_info(l)),
-                _ => None,
-            })
-            .collect())
+        let mut out = Vec::new();
+        for m in &all {
+            if let RouteNetlinkMessage::NewLink(l) = m {
+                self.remember(ns, l);
+                out.push(link_info(l));
+            }
+        }
+        Ok(out)
     }
 
     fn set_link(
@@ -450,10 +509,8 @@ impl Net for KernelNet {
         name: &str,
         change: &LinkChange,
     ) -> Result<LinkInfo, NetError> {
-        let index = self.index_of(ns, name)?;
         let mac = change.mac.as_deref().map(parse_mac).transpose()?;
         let mut msg = LinkMessage::default();
-        msg.header.index = index;
         for (want, flag) in [
             (change.up, LinkFlags::Up),
             (change.promisc, LinkFlags::Promisc),
@@ -491,11 +548,16 @@ impl Net for KernelNet {
                 msg.attributes.push(LinkAttribute::Controller(br.index));
             }
         }
-        if !msg.attributes.is_empty() || !msg.header.change_mask.is_empty() {
-            self.sock(ns)?
-                .ack(RouteNetlinkMessage::SetLink(msg), 0)
-                .map_err(kerr(format!("set link {name}")))?;
-        }
+        let index = self.with_index(ns, name, |net, index| {
+            if !msg.attributes.is_empty() || !msg.header.change_mask.is_empty() {
+                let mut msg = msg.clone();
+                msg.header.index = index;
+                net.sock(ns)?
+                    .ack(RouteNetlinkMessage::SetLink(msg), 0)
+                    .map_err(kerr(format!("set link {name}")))?;
+            }
+            Ok(index)
+        })?;
         if let Some(on) = change.hairpin {
             self.set_hairpin(ns, index, name, on)?;
         }
@@ -504,6 +566,8 @@ impl Net for KernelNet {
 
     fn delete_link(&mut self, ns: NsId, name: &str) -> Result<(), NetError> {
         check_link_name(name)?;
+        // A veth takes its peer along, in whatever namespace.
+        self.names.clear();
         let mut msg = LinkMessage::default();
         msg.attributes.push(LinkAttribute::IfName(name.to_string()));
         self.sock(ns)?
@@ -512,20 +576,25 @@ impl Net for KernelNet {
     }
 
     fn add_address(&mut self, ns: NsId, link: &str, addr: &IpNet) -> Result<(), NetError> {
-        let msg = addr_msg(self.index_of(ns, link)?, addr, true);
-        self.sock(ns)?
-            .ack(
-                RouteNetlinkMessage::NewAddress(msg),
-                NLM_F_CREATE | NLM_F_EXCL,
-            )
-            .map_err(kerr(format!("address {addr} on {link}")))
+        self.with_index(ns, link, |net, index| {
+            net.sock(ns)?
+                .ack(
+                    RouteNetlinkMessage::NewAddress(addr_msg(index, addr, true)),
+                    NLM_F_CREATE | NLM_F_EXCL,
+                )
+                .map_err(kerr(format!("address {addr} on {link}")))
+        })
     }
 
     fn del_address(&mut self, ns: NsId, link: &str, addr: &IpNet) -> Result<(), NetError> {
-        let msg = addr_msg(self.index_of(ns, link)?, addr, false);
-        self.sock(ns)?
-            .ack(RouteNetlinkMessage::DelAddress(msg), 0)
-            .map_err(kerr(format!("address {addr} on {link}")))
+        self.with_index(ns, link, |net, index| {
+            net.sock(ns)?
+                .ack(
+                    RouteNetlinkMessage::DelAddress(addr_msg(index, addr, false)),
+                    0,
+                )
+                .map_err(kerr(format!("address {addr} on {link}")))
+        })
     }
 
     fn addresses(&mut self, ns: NsId, link: &str) -> Result<Vec<IpNet>, NetError> {
@@ -561,20 +630,11 @@ impl Net for KernelNet {
     }
 
     fn add_route(&mut self, ns: NsId, route: &Route) -> Result<(), NetError> {
-        let msg = self.route_msg(ns, route, false)?;
-        self.sock(ns)?
-            .ack(
-                RouteNetlinkMessage::NewRoute(msg),
-                NLM_F_CREATE | NLM_F_EXCL,
-            )
-            .map_err(kerr(format!("route to {}", route.dst)))
+        self.route_op(ns, route, false)
     }
 
     fn del_route(&mut self, ns: NsId, route: &Route) -> Result<(), NetError> {
-        let msg = self.route_msg(ns, route, true)?;
-        self.sock(ns)?
-            .ack(RouteNetlinkMessage::DelRoute(msg), 0)
-            .map_err(kerr(format!("route to {}", route.dst)))
+        self.route_op(ns, route, true)
     }
 
     fn routes(&mut self, ns: NsId, link: &str, table: Option<u32>) -> Result<Vec<Route>, NetError> {

@@ -58,7 +58,7 @@ impl NlSocket {
         Ok(NlSocket {
             sock,
             seq: 0,
-            buf: vec![0; 32 * 1024],
+            buf: vec![0; 64 * 1024],
         })
     }
 
@@ -189,16 +189,19 @@ impl NlSocket {
         }
     }
 
-    /// Receive one datagram into `self.buf`, growing it to fit: peeking with
-    /// `MSG_TRUNC` gives the full size, so nothing is ever cut off.
+    /// Receive one datagram into `self.buf` with one system call. The
+    /// kernel sizes the datagrams of a dump to what the reader's buffer has
+    /// held (32 KiB at most), and a single object's reply is far smaller
+    /// than the buffer; should one ever be larger, `MSG_TRUNC` says so and
+    /// it counts as a lost reply (`ENOBUFS`: a dump is retried, with the
+    /// buffer grown to fit), never as a silently cut one.
     fn recv_datagram(&mut self) -> io::Result<usize> {
-        let want = self
-            .sock
-            .recv(&mut &mut self.buf[..], libc::MSG_PEEK | libc::MSG_TRUNC)?;
-        if want > self.buf.len() {
-            self.buf.resize(want, 0);
+        let len = self.sock.recv(&mut &mut self.buf[..], libc::MSG_TRUNC)?;
+        if len > self.buf.len() {
+            self.buf.resize(len.next_power_of_two(), 0);
+            return Err(io::Error::from_raw_os_error(libc::ENOBUFS));
         }
-        self.sock.recv(&mut &mut self.buf[..], 0)
+        Ok(len)
     }
 }
 

@@ -419,3 +419,28 @@ fn dumps_span_many_messages() {
     // Each request still gets its own answer afterwards.
     assert_eq!(env.net.link_by_name(a, "wd99b").unwrap().name, "wd99b");
 }
+
+/// Changes go to a link by the index last seen; a link replaced behind the
+/// backend's back (deleted, and another made under its name) is looked up
+/// again, and the change lands on the new link, never fails.
+#[test]
+fn a_link_replaced_by_someone_else_is_looked_up_again() {
+    require_root!();
+    let mut env = KernelEnv::new("reidx");
+    let (a, b) = (env.a, env.b);
+    let first = env.net.create_veth(a, "wv0", "wv1", b, None, None).unwrap();
+    env.net.set_link(a, "wv0", &up()).unwrap();
+    env.ns_a.exec(&["ip", "link", "del", "wv0"]);
+    env.ns_a
+        .exec(&["ip", "link", "add", "wv0", "type", "bridge"]);
+    let second = env.ns_a.ip_json(&["link", "show", "dev", "wv0"])[0]["ifindex"]
+        .as_u64()
+        .unwrap() as u32;
+    assert_ne!(first.index, second);
+    env.net.add_address(a, "wv0", &cidr("10.9.9.1/24")).unwrap();
+    let after = env.net.set_link(a, "wv0", &up()).unwrap();
+    assert_eq!(after.index, second);
+    assert_eq!(after.kind, "bridge");
+    let addrs = env.ns_a.exec(&["ip", "-o", "addr", "show", "dev", "wv0"]);
+    assert!(addrs.contains("10.9.9.1/24"), "{addrs}");
+}
