@@ -1,7 +1,6 @@
 //! Per-call resource limits: memory, CPU time, host calls, result size.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::Duration;
 
@@ -142,37 +141,82 @@ impl ResourceLimiter for MemoryCap {
     }
 }
 
-/// Advances the engine's epoch every [`TICK`] while alive.
+/// Advances the engine's epoch every [`TICK`] while a call runs, and
+/// sleeps while none does: a daemon waiting for requests wakes no one.
 pub struct Ticker {
-    stop: Arc<AtomicBool>,
+    shared: Arc<TickState>,
 }
+
+struct TickState {
+    /// Calls running now, and whether the ticker should end.
+    state: Mutex<(usize, bool)>,
+    wake: Condvar,
+}
+
+/// Held by a running call: the epoch advances while any exists.
+pub struct Running(Arc<TickState>);
 
 impl Ticker {
     pub fn start(engine: &Engine) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
+        let shared = Arc::new(TickState {
+            state: Mutex::new((0, false)),
+            wake: Condvar::new(),
+        });
         let engine = engine.clone();
-        let flag = stop.clone();
+        let state = shared.clone();
         // A detached thread: if spawning fails the deadline cannot fire, so
         // treat that as fatal at start-up rather than run unbounded.
         let spawned = thread::Builder::new()
             .name("wasm-cni-epoch".into())
-            .spawn(move || {
-                while !flag.load(Ordering::Relaxed) {
-                    thread::sleep(TICK);
-                    engine.increment_epoch();
+            .spawn(move || loop {
+                {
+                    let Ok(mut s) = state.state.lock() else {
+                        return;
+                    };
+                    while s.0 == 0 && !s.1 {
+                        s = match state.wake.wait(s) {
+                            Ok(s) => s,
+                            Err(_) => return,
+                        };
+                    }
+                    if s.1 {
+                        return;
+                    }
                 }
+                thread::sleep(TICK);
+                engine.increment_epoch();
             });
         if let Err(e) = spawned {
             eprintln!("wasm-cni: cannot start the deadline timer: {e}");
             std::process::exit(1);
         }
-        Ticker { stop }
+        Ticker { shared }
+    }
+
+    /// Mark a call as running until the guard drops.
+    pub fn running(&self) -> Running {
+        if let Ok(mut s) = self.shared.state.lock() {
+            s.0 += 1;
+        }
+        self.shared.wake.notify_all();
+        Running(self.shared.clone())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(mut s) = self.0.state.lock() {
+            s.0 = s.0.saturating_sub(1);
+        }
     }
 }
 
 impl Drop for Ticker {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        if let Ok(mut s) = self.shared.state.lock() {
+            s.1 = true;
+        }
+        self.shared.wake.notify_all();
     }
 }
 

@@ -237,7 +237,7 @@ pub struct PluginInfo {
 pub struct SharedEngine {
     engine: Engine,
     linker: Linker<Ctx>,
-    _ticker: Ticker,
+    ticker: Ticker,
 }
 
 impl SharedEngine {
@@ -269,7 +269,7 @@ impl SharedEngine {
         Ok(Arc::new(SharedEngine {
             engine,
             linker,
-            _ticker: ticker,
+            ticker,
         }))
     }
 }
@@ -461,6 +461,8 @@ impl Runtime {
             services,
         );
         ctx.config_files = host_files::allowed_paths(call.config());
+        // The epoch (and so the deadline) advances while this call runs.
+        let _running = self.shared.ticker.running();
         let mut store = Store::new(&self.shared.engine, ctx);
         store.limiter(|c| &mut c.memory);
         store.set_epoch_deadline(limits.deadline_ticks());
