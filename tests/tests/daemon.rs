@@ -246,7 +246,8 @@ fn the_socket_serves_only_its_peers_and_cuts_off_bad_ones() {
     let answer = raw(&n.daemon.socket, b"GET / HTTP/1.1\r\n\r\n");
     assert!(String::from_utf8_lossy(&answer).contains("not a wasm-cni message"));
     let mut big = b"WCNQ\x01".to_vec();
-    big.extend_from_slice(&0u32.to_be_bytes());
+    big.extend_from_slice(&2u32.to_be_bytes());
+    big.extend_from_slice(b"[]");
     big.extend_from_slice(&(64u32 << 20).to_be_bytes());
     let answer = raw(&n.daemon.socket, &big);
     assert!(
@@ -524,4 +525,40 @@ fn metrics_count_requests_aborts_and_addresses() {
         .assert_ok();
     // Only from inside the node: the address is its loopback.
     assert!(!ctr.try_exec(&["bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/19750"]));
+}
+
+#[test]
+fn a_socket_systemd_passes_is_served() {
+    if !is_root("a_socket_systemd_passes_is_served") {
+        return;
+    }
+    let sb = Sandbox::new("dsysd");
+    sb.install(&fixture("fx"), "fx");
+    let ns = Netns::new("dsysdn");
+    let socket = sb.dir.join("activated.sock");
+    // systemd-socket-activate stands in for wasm-cni.socket: it listens,
+    // then runs the daemon with LISTEN_FDS=1 on the first connection.
+    let mut activator = std::process::Command::new("ip")
+        .args(["netns", "exec", &ns.name, "systemd-socket-activate", "-l"])
+        .arg(&socket)
+        .arg(wasm_cni_tests::wasm_cni_bin())
+        .args(["daemon", "--socket", "/nonexistent/unused.sock"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while !socket.exists() && started.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut conf = sb.conf("1.1.0", "dsysd", json!([{"type": "fx", "tag": "a"}]));
+    conf["daemon"] = json!("require");
+    conf["daemonSocket"] = json!(socket);
+    let out = Invocation::new("STATUS")
+        .env("WASM_CNI_LOG", "info")
+        .run_in(Some(&ns.name), &conf);
+    let _ = sh(&["kill", "-TERM", &activator.id().to_string()]);
+    let _ = activator.wait();
+    out.assert_ok();
+    assert!(out.stderr.contains("a status"), "{}", out.stderr);
 }

@@ -111,10 +111,14 @@ pub fn serve(opts: Options) -> Result<(), String> {
         let s = shared.clone();
         metrics::serve(addr, move || s.metrics.render())?;
     }
+    let on = match owned {
+        true => shared.opts.socket.display().to_string(),
+        false => "the socket systemd passed".to_string(),
+    };
     daemon_log(
         &shared.opts,
-        &format!("listening on {}", shared.opts.socket.display()),
-        json!({"event": "start", "socket": shared.opts.socket}),
+        &format!("listening on {on}"),
+        json!({"event": "start", "socket": on}),
     );
     accept_loop(&shared, &listener, &wake_read);
     shared.stopping.store(true, Ordering::SeqCst);
@@ -197,8 +201,21 @@ fn refuse(shared: &Shared, stream: &mut UnixStream, reason: &'static str, detail
     .write(stream);
 }
 
+/// CPU time (user + system) this thread has used.
+fn thread_cpu() -> Duration {
+    // SAFETY: rusage is plain data; getrusage fills it.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a rusage.
+    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) } != 0 {
+        return Duration::ZERO;
+    }
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
 fn handle(shared: &Shared, mut stream: UnixStream) {
     let started = Instant::now();
+    let cpu_started = thread_cpu();
     // Nonblocking was the listener's; this thread waits.
     if stream.set_nonblocking(false).is_err() {
         return;
@@ -297,8 +314,9 @@ fn handle(shared: &Shared, mut stream: UnixStream) {
     }
     .write(&mut stream);
     let took = started.elapsed();
+    let cpu = thread_cpu().saturating_sub(cpu_started);
     shared.metrics.observe(&out.report, took);
-    request_log(&shared.opts, &out, took, sent.err());
+    request_log(&shared.opts, &out, took, cpu, sent.err());
 }
 
 /// The network a request is for, to order requests per attachment.
@@ -332,7 +350,13 @@ impl Read for DeadlineReader<'_> {
 
 /// One line per request: verb, network, container id, ifname, outcome,
 /// total time and time per plugin.
-fn request_log(opts: &Options, out: &Outcome, took: Duration, send: Option<io::Error>) {
+fn request_log(
+    opts: &Options,
+    out: &Outcome,
+    took: Duration,
+    cpu: Duration,
+    send: Option<io::Error>,
+) {
     let r = &out.report;
     let verb = r.command.map_or("?", Command::as_str);
     let outcome = match r.error_code {
@@ -352,11 +376,12 @@ fn request_log(opts: &Options, out: &Outcome, took: Duration, send: Option<io::E
         .as_ref()
         .map(|e| format!("; the answer was not delivered: {e}"));
     let text = format!(
-        "{verb} network={:?} container={:?} ifname={:?} -> {outcome} in {:.1} ms [{}]{}",
+        "{verb} network={:?} container={:?} ifname={:?} -> {outcome} in {:.1} ms (cpu {:.2} ms) [{}]{}",
         r.network,
         r.container_id,
         r.ifname,
         ms(took),
+        ms(cpu),
         steps.join(", "),
         unsent.clone().unwrap_or_default()
     );
@@ -374,7 +399,7 @@ fn request_log(opts: &Options, out: &Outcome, took: Duration, send: Option<io::E
             "event": "request", "verb": verb, "network": r.network,
             "containerID": r.container_id, "ifname": r.ifname,
             "outcome": if r.error_code.is_none() { "ok" } else { "error" },
-            "code": r.error_code, "ms": ms(took), "steps": steps_json,
+            "code": r.error_code, "ms": ms(took), "cpuMs": ms(cpu), "steps": steps_json,
             "undelivered": unsent,
         }),
     );

@@ -8,10 +8,11 @@
 //! response: "WCNS" u8:version i32:exit-code u32:stdout-len stdout u32:stderr-len stderr
 //! ```
 //!
-//! Integers are big-endian. `env` is `KEY=VALUE` lines (the `CNI_*`
-//! variables and `WASM_CNI_LOG`, nothing else), `stdin` the runtime's stdin
-//! as it came; `stdout` is what the client prints, `stderr` the log lines
-//! the request produced at the client's log level.
+//! Integers are big-endian. `env` is a JSON array of `[KEY, VALUE]` pairs
+//! (the `CNI_*` variables and `WASM_CNI_LOG`, nothing else: JSON, so that
+//! any value crosses unchanged), `stdin` the runtime's stdin as it came;
+//! `stdout` is what the client prints, `stderr` the log lines the request
+//! produced at the client's log level.
 
 use std::io::{self, Read, Write};
 
@@ -57,7 +58,7 @@ pub enum WireError {
         len: usize,
         max: usize,
     },
-    #[error("the environment is not KEY=VALUE lines of UTF-8")]
+    #[error("the environment is not a JSON list of [KEY, VALUE] strings")]
     Env,
     #[error("the output is not UTF-8")]
     Output,
@@ -79,13 +80,7 @@ fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
 
 impl Request {
     pub fn encode(&self) -> Vec<u8> {
-        let mut env = String::new();
-        for (k, v) in &self.env {
-            env.push_str(k);
-            env.push('=');
-            env.push_str(v);
-            env.push('\n');
-        }
+        let env = serde_json::to_string(&self.env).unwrap_or_else(|_| "[]".into());
         let mut out = Vec::with_capacity(13 + env.len() + self.stdin.len());
         out.extend_from_slice(REQUEST_MAGIC);
         out.push(VERSION);
@@ -98,14 +93,12 @@ impl Request {
     pub fn read(r: &mut impl Read) -> Result<Self, WireError> {
         header(r, REQUEST_MAGIC)?;
         let env = bytes(r, "the environment", MAX_ENV_BYTES)?;
-        let env = String::from_utf8(env).map_err(|_| WireError::Env)?;
-        let mut pairs = Vec::new();
-        for line in env.lines() {
-            let (k, v) = line.split_once('=').ok_or(WireError::Env)?;
-            if k.is_empty() || k.contains('\0') || v.contains('\0') {
-                return Err(WireError::Env);
-            }
-            pairs.push((k.to_string(), v.to_string()));
+        let pairs: Vec<(String, String)> =
+            serde_json::from_slice(&env).map_err(|_| WireError::Env)?;
+        // What a process environment could not hold, no request holds.
+        let bad = |k: &str, v: &str| k.is_empty() || k.contains(['=', '\0']) || v.contains('\0');
+        if pairs.iter().any(|(k, v)| bad(k, v)) {
+            return Err(WireError::Env);
         }
         let stdin = bytes(r, "stdin", MAX_STDIN_BYTES)?;
         Ok(Request { env: pairs, stdin })
@@ -176,6 +169,10 @@ mod tests {
             env: vec![
                 ("CNI_COMMAND".into(), "ADD".into()),
                 ("CNI_ARGS".into(), "A=1;B=2".into()),
+                // Found by the daemon_request fuzzer: line endings in a
+                // value crossed as line breaks.
+                ("CNI_IFNAME".into(), "eth0\r".into()),
+                ("CNI_NETNS".into(), "/run/netns/a\nb".into()),
             ],
             stdin: b"{\"x\":1}\n\xff".to_vec(),
         };
@@ -216,13 +213,22 @@ mod tests {
             Request::read(&mut cut.as_slice()),
             Err(WireError::Io(_))
         ));
-        let mut env = b"WCNQ\x01".to_vec();
-        env.extend_from_slice(&3u32.to_be_bytes());
-        env.extend_from_slice(b"abc");
-        assert!(matches!(
-            Request::read(&mut env.as_slice()),
-            Err(WireError::Env)
-        ));
+        for bad in [
+            &b"abc"[..],
+            br#"[["","x"]]"#,
+            br#"[["A=B","x"]]"#,
+            br#"[["A","\u0000"]]"#,
+        ] {
+            let mut env = b"WCNQ\x01".to_vec();
+            env.extend_from_slice(&(bad.len() as u32).to_be_bytes());
+            env.extend_from_slice(bad);
+            env.extend_from_slice(&0u32.to_be_bytes());
+            assert!(
+                matches!(Request::read(&mut env.as_slice()), Err(WireError::Env)),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
     }
 
     #[test]
