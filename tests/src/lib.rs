@@ -28,13 +28,18 @@ pub fn wasm_cni_bin() -> PathBuf {
         return PathBuf::from(p);
     }
     let root = workspace_root();
-    for profile in ["release", "debug"] {
-        let p = root.join("target").join(profile).join("wasm-cni");
-        if p.is_file() {
-            return p;
-        }
-    }
-    panic!("wasm-cni binary not found: run `cargo build --release -p wasm-cni` or set WASM_CNI_BIN")
+    // `cargo xtask` puts the static build in target/bin; a plain `cargo
+    // build` the dynamic one in target/release. The newer one is what was
+    // built last.
+    ["bin", "release", "debug"]
+        .iter()
+        .map(|dir| root.join("target").join(dir).join("wasm-cni"))
+        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+        .max()
+        .map(|(_, p)| p)
+        .unwrap_or_else(|| {
+            panic!("wasm-cni binary not found: run `cargo xtask test`, `cargo build --release -p wasm-cni`, or set WASM_CNI_BIN")
+        })
 }
 
 /// Directory of built components.
