@@ -2,7 +2,8 @@
 //! host-local for its own containers: every client ADDs its share, all
 //! wait at a barrier (where every live address is checked for duplicates),
 //! then every client DELs its share. Reference: /usr/lib/cni/host-local
-//! executed directly; wasm-cni: a chain of just host-local.
+//! executed directly; wasm-cni: a chain of just host-local, one process per
+//! call or through the daemon.
 
 use std::collections::HashSet;
 use std::io;
@@ -13,6 +14,7 @@ use std::time::Instant;
 
 use serde_json::{json, Value};
 
+use crate::daemon::DaemonSide;
 use crate::proc::{exec, in_netns, Cni, Netns, WorkDir};
 use crate::scenarios::{wasm_conf, Programs, Side, CNI_VERSION, NETWORK};
 
@@ -44,6 +46,7 @@ pub fn run_once(
     side: Side,
     clients: usize,
     per_client: usize,
+    daemon: Option<&DaemonSide>,
 ) -> io::Result<Throughput> {
     crate::proc::check_interrupted()?;
     let state = work.run_dir("ipam")?;
@@ -53,15 +56,23 @@ pub fn run_once(
             progs.reference.join("host-local"),
             json!({"cniVersion": CNI_VERSION, "name": NETWORK, "type": "host-local", "ipam": ipam}),
         ),
-        _ => (
-            progs.wasm_cni.clone(),
-            wasm_conf(
+        _ => {
+            let conf = wasm_conf(
                 progs,
                 &state,
                 &[json!({"type": "host-local", "ipam": ipam})],
-            ),
-        ),
+            );
+            let conf = match (side, daemon) {
+                (Side::Daemon, Some(d)) => d.conf(conf),
+                _ => conf,
+            };
+            (progs.wasm_cni.clone(), conf)
+        }
     };
+    // What the daemon did before this run is not this run's.
+    if let Some(d) = daemon {
+        d.cpu_since();
+    }
     let conf = conf.to_string();
     let node = Netns::new()?;
     let netns = node.path();
@@ -142,6 +153,9 @@ pub fn run_once(
         }
     });
     let elapsed = started.elapsed().as_secs_f64();
+    if let (Side::Daemon, Some(d)) = (side, daemon) {
+        cpu_us.fetch_add(d.cpu_since().as_micros() as u64, Ordering::Relaxed);
+    }
     node.retire();
     let _ = std::fs::remove_dir_all(&state);
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use crate::daemon::DaemonSide;
 use crate::proc::{exec, in_netns, Cni, Measured, Netns, WorkDir};
 
 /// Where the programs under test are.
@@ -25,25 +26,36 @@ pub struct Programs {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Side {
     Reference,
+    /// wasm-cni, one process per call.
     WasmCni,
     Floor,
+    /// wasm-cni through its daemon: the measured process is the client.
+    Daemon,
+    /// podman's netavark.
+    Netavark,
 }
 
 impl Side {
-    fn tag(self) -> &'static str {
+    pub fn tag(self) -> &'static str {
         match self {
             Side::Reference => "ref",
             Side::WasmCni => "wasm",
             Side::Floor => "floor",
+            Side::Daemon => "daemon",
+            Side::Netavark => "netavark",
         }
     }
 }
 
-/// What one run measured: the ADD processes, then the DEL processes.
+/// What one run measured: the ADD processes, then the DEL processes, and
+/// the CPU a daemon spent on them.
 #[derive(Debug, Clone)]
 pub struct Run {
     pub add: Vec<Measured>,
     pub del: Vec<Measured>,
+    pub daemon_cpu: Duration,
+    /// For the daemon side: the ADD's time inside the daemon.
+    pub daemon_add_wall: Duration,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -51,6 +63,9 @@ fn ms(d: Duration) -> f64 {
 }
 
 impl Run {
+    pub fn daemon_add_ms(&self) -> f64 {
+        ms(self.daemon_add_wall)
+    }
     pub fn add_wall_ms(&self) -> f64 {
         self.add.iter().map(|m| ms(m.wall)).sum()
     }
@@ -60,8 +75,9 @@ impl Run {
     pub fn wall_ms(&self) -> f64 {
         self.add_wall_ms() + self.del_wall_ms()
     }
+    /// CPU of every process, and of the daemon for them.
     pub fn cpu_ms(&self) -> f64 {
-        self.all().map(|m| ms(m.cpu)).sum()
+        self.all().map(|m| ms(m.cpu)).sum::<f64>() + ms(self.daemon_cpu)
     }
     /// CPU per plugin process the runtime started.
     pub fn cpu_per_invocation_ms(&self) -> f64 {
@@ -170,18 +186,48 @@ fn run_list(bins: &[PathBuf], entries: &[Value], cni: &Cni<'_>) -> io::Result<Ru
         .ok(&format!("DEL {}", bin.display()))?;
         del.push(m);
     }
-    Ok(Run { add, del })
+    Ok(Run {
+        add,
+        del,
+        daemon_cpu: Duration::ZERO,
+        daemon_add_wall: Duration::ZERO,
+    })
 }
 
-/// One run in fresh namespaces and a fresh state directory. `chain` false:
+/// A bridge name of its own for each daemon-mode run (the daemon's node
+/// stays; the kernel still makes a bridge per run, as for the others).
+fn own_bridge(entries: &mut [Value]) -> String {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let name = format!(
+        "cnd{}",
+        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
+    if let Some(e) = entries.first_mut() {
+        e["bridge"] = json!(name);
+    }
+    name
+}
+
+/// One run in fresh namespaces and a fresh state directory (the daemon
+/// side: its warm node, a fresh container namespace). `chain` false:
 /// bridge + host-local; true: the 4-plugin chain.
-pub fn run_once(progs: &Programs, work: &WorkDir, side: Side, chain: bool) -> io::Result<Run> {
+pub fn run_once(
+    progs: &Programs,
+    work: &WorkDir,
+    side: Side,
+    chain: bool,
+    daemon: Option<&DaemonSide>,
+) -> io::Result<Run> {
     crate::proc::check_interrupted()?;
     let state = work.run_dir(side.tag())?;
-    let entries = if chain {
+    let mut entries = if chain {
         chain_entries(&state)
     } else {
         vec![bridge_entry(&state)]
+    };
+    let bridge = match side {
+        Side::Daemon => Some(own_bridge(&mut entries)),
+        _ => None,
     };
     let (bins, entries): (Vec<PathBuf>, Vec<Value>) = match side {
         Side::Reference => (
@@ -197,9 +243,24 @@ pub fn run_once(progs: &Programs, work: &WorkDir, side: Side, chain: bool) -> io
             let conf = wasm_conf(progs, &state, &entries);
             (vec![progs.wasm_cni.clone()], vec![conf])
         }
+        Side::Daemon => {
+            let d = daemon.ok_or_else(|| io::Error::other("no daemon"))?;
+            let conf = d.conf(wasm_conf(progs, &state, &entries));
+            (vec![progs.wasm_cni.clone()], vec![conf])
+        }
+        Side::Netavark => return Err(io::Error::other("netavark runs in item 6")),
     };
+    let daemon_node = daemon.filter(|_| side == Side::Daemon);
     let result = {
-        let node = Netns::new()?;
+        let fresh_node = match daemon_node {
+            Some(_) => None,
+            None => Some(Netns::new()?),
+        };
+        let node = match (&fresh_node, daemon_node) {
+            (Some(n), _) => n,
+            (None, Some(d)) => &d.node,
+            (None, None) => return Err(io::Error::other("no node")),
+        };
         let ctr = Netns::new()?;
         let netns = ctr.path();
         let cni_path = progs.reference.to_string_lossy().into_owned();
@@ -210,10 +271,20 @@ pub fn run_once(progs: &Programs, work: &WorkDir, side: Side, chain: bool) -> io
             ifname: IFNAME,
             cni_path: &cni_path,
         };
-        let r = in_netns(&node, || run_list(&bins, &entries, &cni));
+        let mut r = in_netns(node, || run_list(&bins, &entries, &cni));
         if r.is_ok() {
-            node.retire();
+            if let Some(n) = fresh_node {
+                n.retire();
+            }
             ctr.retire();
+        }
+        if let (Some(d), Ok(run)) = (daemon_node, &mut r) {
+            let logged = d.since();
+            run.daemon_cpu = logged.cpu;
+            run.daemon_add_wall = logged.add_wall;
+        }
+        if let (Some(d), Some(b)) = (daemon_node, &bridge) {
+            d.remove_link(b);
         }
         r
     };
@@ -233,7 +304,112 @@ pub fn cold_binary_add(progs: &Programs, work: &WorkDir) -> io::Result<Run> {
         // A fresh directory: wasm-cni creates it 0700 and compiles into it.
         cache: cold_cache.join("cache"),
     };
-    let r = run_once(&cold, work, Side::WasmCni, false);
+    let r = run_once(&cold, work, Side::WasmCni, false, None);
     let _ = std::fs::remove_dir_all(&cold_cache);
+    r
+}
+
+/// Item 6: what podman users already run. netavark (`setup` then
+/// `teardown`) with an internal bridge network and a static IP, against
+/// wasm-cni's bridge + static with the same bridge, gateway and address,
+/// one process per call and through the daemon.
+pub fn netavark_once(
+    progs: &Programs,
+    work: &WorkDir,
+    side: Side,
+    netavark: &Path,
+    daemon: Option<&DaemonSide>,
+) -> io::Result<Run> {
+    crate::proc::check_interrupted()?;
+    let state = work.run_dir(side.tag())?;
+    let mut entries = vec![json!({
+        "type": "bridge", "bridge": "podman9", "isGateway": true,
+        "ipam": {"type": "static", "addresses": [{"address": "10.89.0.5/24", "gateway": "10.89.0.1"}]}
+    })];
+    let bridge = match side {
+        Side::Daemon => Some(own_bridge(&mut entries)),
+        _ => None,
+    };
+    let daemon_node = daemon.filter(|_| side == Side::Daemon);
+    let fresh_node = match daemon_node {
+        Some(_) => None,
+        None => Some(Netns::new()?),
+    };
+    let node = match (&fresh_node, daemon_node) {
+        (Some(n), _) => n,
+        (None, Some(d)) => &d.node,
+        (None, None) => return Err(io::Error::other("no node")),
+    };
+    let ctr = Netns::new()?;
+    let netns = ctr.path();
+    let mut r = in_netns(node, || match side {
+        Side::Netavark => {
+            let input = json!({
+                "container_id": "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+                "container_name": "bench",
+                "networks": {"bench": {"static_ips": ["10.89.0.5"], "interface_name": "eth0"}},
+                "network_info": {"bench": {
+                    "name": "bench",
+                    "id": "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210",
+                    "driver": "bridge", "network_interface": "podman9",
+                    "subnets": [{"subnet": "10.89.0.0/24", "gateway": "10.89.0.1"}],
+                    "ipv6_enabled": false, "internal": true, "dns_enabled": false
+                }}
+            })
+            .to_string();
+            let config = state.join("netavark");
+            let call = |verb: &str| {
+                crate::proc::exec_args(
+                    netavark,
+                    &[
+                        "--config".as_ref(),
+                        config.as_os_str(),
+                        verb.as_ref(),
+                        netns.as_ref(),
+                    ],
+                    input.as_bytes(),
+                )?
+                .ok(&format!("netavark {verb}"))
+            };
+            let add = call("setup")?;
+            let del = call("teardown")?;
+            Ok(Run {
+                add: vec![add],
+                del: vec![del],
+                daemon_cpu: Duration::ZERO,
+                daemon_add_wall: Duration::ZERO,
+            })
+        }
+        _ => {
+            let mut conf = wasm_conf(progs, &state, &entries);
+            if let Some(d) = daemon_node {
+                conf = d.conf(conf);
+            }
+            let cni_path = progs.reference.to_string_lossy().into_owned();
+            let cni = Cni {
+                command: "",
+                container_id: CONTAINER_ID,
+                netns: &netns,
+                ifname: IFNAME,
+                cni_path: &cni_path,
+            };
+            run_list(std::slice::from_ref(&progs.wasm_cni), &[conf], &cni)
+        }
+    });
+    if r.is_ok() {
+        if let Some(n) = fresh_node {
+            n.retire();
+        }
+        ctr.retire();
+    }
+    if let (Some(d), Ok(run)) = (daemon_node, &mut r) {
+        let logged = d.since();
+        run.daemon_cpu = logged.cpu;
+        run.daemon_add_wall = logged.add_wall;
+    }
+    if let (Some(d), Some(b)) = (daemon_node, &bridge) {
+        d.remove_link(b);
+    }
+    let _ = std::fs::remove_dir_all(&state);
     r
 }
