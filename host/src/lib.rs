@@ -15,6 +15,7 @@ pub mod cni;
 pub mod daemon;
 pub mod edge;
 pub mod error;
+pub mod filter;
 mod fsutil;
 pub mod log;
 pub mod net;

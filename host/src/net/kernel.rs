@@ -11,6 +11,7 @@
 #![allow(clippy::disallowed_types, clippy::disallowed_methods)] // the one place allowed
 
 mod socket;
+pub(crate) use socket::ext_ack_text;
 
 use std::collections::HashMap;
 use std::fmt::Display;
@@ -690,7 +691,7 @@ impl Net for KernelNet {
 /// This replaced a short-lived thread per call: a clone, a stack mapping and
 /// two cross-thread hand-offs each time, which on a loaded machine waited a
 /// scheduler slice apiece (about 8 per bridge ADD).
-fn in_netns<T>(fd: BorrowedFd<'_>, f: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
+pub(crate) fn in_netns<T>(fd: BorrowedFd<'_>, f: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
     thread_local! {
         /// The thread's own namespace. Threads only ever leave it inside
         /// `in_netns`, which always brings them back, so it stays valid.

@@ -20,7 +20,7 @@ mod kernel;
 #[cfg(any(test, feature = "fake"))]
 mod memory;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -28,6 +28,9 @@ use std::path::Path;
 use std::str::FromStr;
 
 pub use kernel::KernelNet;
+/// For the filter's backend, which speaks netfilter netlink from the same
+/// namespaces.
+pub(crate) use kernel::{ext_ack_text, in_netns};
 #[cfg(any(test, feature = "fake"))]
 pub use memory::MemoryNet;
 

@@ -6,5 +6,5 @@
 mod kernel_only;
 mod memory_only;
 mod shared;
-mod support;
+pub(crate) mod support;
 mod unit;

@@ -220,7 +220,7 @@ fn finish(
 /// The `NLMSGERR_ATTR_MSG` text of an error message. `payload` is what
 /// follows the error code: the request's header (only the header when the
 /// kernel capped it), then the extended-ack attributes.
-fn ext_ack_text(flags: u16, payload: &[u8]) -> Option<String> {
+pub(crate) fn ext_ack_text(flags: u16, payload: &[u8]) -> Option<String> {
     if flags & NLM_F_ACK_TLVS == 0 {
         return None;
     }
