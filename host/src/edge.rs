@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use crate::chain::{Attachment, Executor, StepReport};
 use crate::cni::{self, config, env, version, CniError, Command, ErrorCode};
 use crate::error::HostError;
+use crate::filter::KernelFilter;
 use crate::log;
 use crate::net::KernelNet;
 use crate::sandbox::{Runtime, SharedEngine};
@@ -228,6 +229,7 @@ fn dispatch(
         store,
         Box::new(KernelNet::new()),
     )
+    .with_filter(Box::new(KernelFilter::new()))
     .with_cni_path(inv.path.clone());
     let att = Attachment {
         container_id: inv.container_id.clone(),

@@ -18,6 +18,11 @@ pub enum HostError {
         what: &'static str,
         source: std::io::Error,
     },
+    #[error("{what}: {source}")]
+    Filter {
+        what: &'static str,
+        source: crate::filter::FilterError,
+    },
     #[error("{0}")]
     Internal(String),
     /// Which chain step an error happened in.
@@ -39,6 +44,10 @@ impl HostError {
 
     pub fn state(what: &'static str, source: std::io::Error) -> Self {
         HostError::State { what, source }
+    }
+
+    pub fn filter(what: &'static str, source: crate::filter::FilterError) -> Self {
+        HostError::Filter { what, source }
     }
 
     pub fn many(mut errors: Vec<HostError>) -> Self {
@@ -73,6 +82,17 @@ impl From<HostError> for CniError {
             .with_details(error.to_string()),
             HostError::State { what, source } => {
                 CniError::new(ErrorCode::Io, format!("{what}: {source}"))
+            }
+            // The ruleset kept changing under the host: worth a retry.
+            HostError::Filter {
+                what,
+                source:
+                    source @ crate::filter::FilterError::Kernel {
+                        errno: libc::EBUSY, ..
+                    },
+            } => CniError::new(ErrorCode::TryAgainLater, format!("{what}: {source}")),
+            HostError::Filter { what, source } => {
+                CniError::new(ErrorCode::Internal, format!("{what}: {source}"))
             }
             HostError::Internal(msg) => CniError::new(ErrorCode::Internal, msg),
             HostError::InStep {

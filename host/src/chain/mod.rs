@@ -31,11 +31,13 @@ use crate::cni::config::{ChainEntry, NetConf};
 use crate::cni::result::{self, CniResult};
 use crate::cni::{CniError, Command, ErrorCode};
 use crate::error::HostError;
+use crate::filter::{Filter, Tag};
 use crate::log;
 use crate::net::{IpNet, LinkId, Net};
-use crate::sandbox::policy::{ConfigGrants, Side, DEFAULT_MASTER_TYPES};
+use crate::sandbox::policy::{ConfigGrants, PortGrant, Side, DEFAULT_MASTER_TYPES};
 use crate::sandbox::{
-    convert, wit, Call, CallError, CreatedLinks, Ledger, Limits, NetAccess, OnCreated, Runtime,
+    convert, wit, Call, CallError, CreatedLinks, FilterAccess, Holder, Ledger, Limits, NetAccess,
+    OnCreated, Runtime,
 };
 use crate::state::{now_ms, AttachmentRecord, AttachmentRecords, Lock, RecordedLink, RECORD_KIND};
 use crate::store::StateStore;
@@ -57,6 +59,8 @@ pub struct Executor {
     records: Arc<dyn AttachmentRecords + Send + Sync>,
     store: Arc<dyn StateStore>,
     net: Arc<Mutex<Box<dyn Net>>>,
+    /// Packet filtering in the node namespace; without it plugins get none.
+    filter: Option<Arc<Mutex<Box<dyn Filter>>>>,
     /// The current attachment's links, changes and addresses, across steps.
     ledger: Arc<Mutex<Ledger>>,
     /// During ADD: persists the created links into the pending record.
@@ -103,6 +107,7 @@ impl Executor {
             records,
             store,
             net: Arc::new(Mutex::new(net)),
+            filter: None,
             ledger: Arc::default(),
             on_created: Mutex::new(None),
             cni_path: Vec::new(),
@@ -114,6 +119,17 @@ impl Executor {
     pub fn with_cni_path(mut self, cni_path: Vec<PathBuf>) -> Self {
         self.cni_path = cni_path;
         self
+    }
+
+    /// Give plugins packet filtering through `filter`.
+    pub fn with_filter(mut self, filter: Box<dyn Filter>) -> Self {
+        self.filter = Some(Arc::new(Mutex::new(filter)));
+        self
+    }
+
+    /// The filter backend, e.g. to inspect an in-memory one in tests.
+    pub fn filter(&self) -> Option<Arc<Mutex<Box<dyn Filter>>>> {
+        self.filter.clone()
     }
 
     /// The network backend, e.g. to inspect an in-memory one in tests.
@@ -299,6 +315,9 @@ impl Executor {
             for e in cleanup::delete_links(net, sides, &ledger.created, "failed ADD") {
                 log::warn(format_args!("{e}"));
             }
+            if let Err(e) = self.filter_cleanup(att, |f, tag| f.remove(tag, &ledger.filter_added)) {
+                log::warn(format_args!("failed ADD: {e}"));
+            }
             let _all = self
                 .records
                 .lock_all()
@@ -439,9 +458,12 @@ impl Executor {
     /// that they left (only once every DEL succeeded: a failed DEL is
     /// retried, and its plugin may still need them).
     fn teardown(&self, att: &Attachment, prev: Option<&CniResult>, why: &str) -> Vec<HostError> {
-        let errors = self.del_chain(att, prev);
+        let mut errors = self.del_chain(att, prev);
         if !errors.is_empty() {
             return errors;
+        }
+        if let Err(e) = self.filter_cleanup(att, |f, tag| f.remove_all(tag)) {
+            errors.push(e);
         }
         let created = self.ledger_now().created;
         if created.is_empty() {
@@ -450,8 +472,64 @@ impl Executor {
         match self.with_sides(att, |net, sides| {
             Ok(cleanup::delete_links(net, sides, &created, why))
         }) {
-            Ok(errs) => errs,
-            Err(e) => vec![e],
+            Ok(errs) => errors.extend(errs),
+            Err(e) => errors.push(e),
+        }
+        errors
+    }
+
+    /// Run `f` on the filter backend with the attachment's tag, if there is
+    /// a filter.
+    fn filter_cleanup(
+        &self,
+        att: &Attachment,
+        f: impl FnOnce(&mut dyn Filter, &Tag) -> Result<usize, crate::filter::FilterError>,
+    ) -> Result<(), HostError> {
+        let Some(filter) = &self.filter else {
+            return Ok(());
+        };
+        let tag = Tag::new(&self.conf.name, &att.container_id, &att.ifname);
+        let mut backend = filter
+            .lock()
+            .map_err(|_| HostError::internal("filter backend poisoned"))?;
+        f(backend.as_mut(), &tag)
+            .map(|_| ())
+            .map_err(|e| HostError::filter("removing the attachment's filter rules", e))
+    }
+
+    /// GC's last step: rules of this network whose attachment is neither
+    /// valid nor recorded (a host killed between adding rules and writing
+    /// its record) go.
+    fn sweep_filter(&self, valid: &[(String, String)]) -> Result<(), HostError> {
+        let Some(filter) = &self.filter else {
+            return Ok(());
+        };
+        let records = self
+            .records
+            .list(&self.conf.name)
+            .map_err(|e| HostError::state("listing attachment records", e))?;
+        let keep: Vec<String> = valid
+            .iter()
+            .map(|(c, i)| (c.as_str(), i.as_str()))
+            .chain(
+                records
+                    .iter()
+                    .map(|r| (r.container_id.as_str(), r.ifname.as_str())),
+            )
+            .map(|(c, i)| Tag::new(&self.conf.name, c, i).attachment)
+            .collect();
+        let mut backend = filter
+            .lock()
+            .map_err(|_| HostError::internal("filter backend poisoned"))?;
+        match backend.sweep(&Tag::network_hash(&self.conf.name), &keep) {
+            Ok(0) => Ok(()),
+            Ok(n) => {
+                log::info(format_args!(
+                    "gc: removed {n} filter rules of attachments that are gone"
+                ));
+                Ok(())
+            }
+            Err(e) => Err(HostError::filter("gc of filter rules", e)),
         }
     }
 
@@ -570,6 +648,9 @@ impl Executor {
                 errors.push(HostError::state("removing a stale attachment record", e));
             }
         }
+        if let Err(e) = self.sweep_filter(&valid) {
+            errors.push(e);
+        }
         let valid_wit: Vec<wit::Attachment> = valid
             .iter()
             .map(|(c, i)| wit::Attachment {
@@ -609,7 +690,13 @@ impl Executor {
         }
     }
 
-    fn net_access(&self, entry: &ChainEntry, command: Command, att: &Attachment) -> NetAccess {
+    fn net_access(
+        &self,
+        entry: &ChainEntry,
+        command: Command,
+        att: &Attachment,
+        config: &str,
+    ) -> NetAccess {
         // The node links a plugin may change are the ones its own config
         // names, under the keys the reference plugins use for them, or the
         // reference default when the key is absent (bridge: cni0).
@@ -654,7 +741,31 @@ impl Executor {
             },
             ledger: self.ledger.clone(),
             on_created: self.on_created.lock().ok().and_then(|h| h.clone()),
+            ports: PortGrant::from_config(config),
+            filter: self.filter.as_ref().map(|backend| FilterAccess {
+                backend: backend.clone(),
+                tag: Tag::new(&self.conf.name, &att.container_id, &att.ifname),
+                holder: self.holder(),
+            }),
         }
+    }
+
+    /// Names attachments by tag from the records of this state directory.
+    fn holder(&self) -> Holder {
+        let records = self.records.clone();
+        Arc::new(move |tag: &Tag| {
+            let networks = records.networks().ok()?;
+            networks.iter().find_map(|n| {
+                records.list(n).ok()?.into_iter().find_map(|r| {
+                    (Tag::new(&r.network, &r.container_id, &r.ifname) == *tag).then(|| {
+                        format!(
+                            "container {} ({}) of network {:?}",
+                            r.container_id, r.ifname, r.network
+                        )
+                    })
+                })
+            })
+        })
     }
 
     /// Start the ledger for a verb: the links a record lists (DEL, CHECK,
@@ -698,7 +809,7 @@ impl Executor {
             self.runtime.clone(),
             (step.index, self.steps.clone()),
             self.store.clone(),
-            Some(self.net_access(entry, command, att)),
+            Some(self.net_access(entry, command, att, &request.config)),
             &self.cni_path,
             &self.conf.name,
             entry,

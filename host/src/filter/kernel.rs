@@ -388,9 +388,16 @@ fn compile(rule: &Rule) -> Vec<KRule> {
     }
 }
 
-/// nf_tables in one network namespace: the node's.
+/// nf_tables in one network namespace: the node's. The socket is opened on
+/// first use, so a chain without filter rules never opens one.
 pub struct KernelFilter {
-    sock: NfSocket,
+    sock: Option<NfSocket>,
+}
+
+impl Default for KernelFilter {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 fn kerr(what: &str) -> impl FnOnce(NfError) -> FilterError + '_ {
@@ -398,15 +405,25 @@ fn kerr(what: &str) -> impl FnOnce(NfError) -> FilterError + '_ {
 }
 
 impl KernelFilter {
-    /// The calling thread's namespace.
-    pub fn new() -> Result<Self, FilterError> {
-        let sock = NfSocket::new().map_err(|e| {
-            FilterError::kernel(
-                e.raw_os_error().unwrap_or(libc::EIO),
-                format!("netfilter netlink socket: {e}"),
-            )
-        })?;
-        Ok(KernelFilter { sock })
+    /// The namespace of the thread that first uses it.
+    pub fn new() -> Self {
+        KernelFilter { sock: None }
+    }
+
+    fn sock(&mut self) -> Result<&mut NfSocket, FilterError> {
+        if self.sock.is_none() {
+            let sock = NfSocket::new().map_err(|e| {
+                FilterError::kernel(
+                    e.raw_os_error().unwrap_or(libc::EIO),
+                    format!("netfilter netlink socket: {e}"),
+                )
+            })?;
+            self.sock = Some(sock);
+        }
+        match self.sock.as_mut() {
+            Some(s) => Ok(s),
+            None => Err(FilterError::kernel(libc::EIO, "netfilter socket")),
+        }
     }
 
     /// The namespace `path` names (`/run/netns/NAME`).
@@ -423,11 +440,11 @@ impl KernelFilter {
                 format!("netfilter socket in {}: {e}", path.display()),
             )
         })?;
-        Ok(KernelFilter { sock })
+        Ok(KernelFilter { sock: Some(sock) })
     }
 
     fn rules_of(&mut self, family: u8) -> Result<Vec<RuleInfo>, FilterError> {
-        self.sock
+        self.sock()?
             .rules(family, TABLE)
             .map_err(kerr("listing wasm-cni's rules"))
     }
@@ -452,7 +469,7 @@ impl KernelFilter {
     ) -> Result<usize, FilterError> {
         for _ in 0..ATTEMPTS {
             let gen = self
-                .sock
+                .sock()?
                 .generation()
                 .map_err(kerr("reading the ruleset generation"))?;
             let rules = self.rules_of(family)?;
@@ -475,13 +492,14 @@ impl KernelFilter {
                 if msgs.len() == rules.len() {
                     msgs.push(nfnl::del_table(family, TABLE));
                 }
-                self.sock.batch(&msgs, Some(gen))
+                self.sock()?.batch(&msgs, Some(gen))
             } else {
                 // Too many for one batch (a GC after many pods went):
                 // delete in chunks, leaving an emptied table for the next
                 // removal to delete.
+                let sock = self.sock()?;
                 msgs.chunks(BATCH_MAX)
-                    .try_for_each(|chunk| self.sock.batch(chunk, None))
+                    .try_for_each(|chunk| sock.batch(chunk, None))
             };
             match outcome {
                 Ok(()) => return Ok(comments.len()),
@@ -509,7 +527,7 @@ impl Filter for KernelFilter {
             // first, and commit only if nothing changed since.
             let gen = if claims {
                 Some(
-                    self.sock
+                    self.sock()?
                         .generation()
                         .map_err(kerr("reading the ruleset generation"))?,
                 )
@@ -550,7 +568,7 @@ impl Filter for KernelFilter {
                     msgs.push(nfnl::new_rule(k.family, TABLE, k.chain, &k.exprs, &comment));
                 }
             }
-            match self.sock.batch(&msgs, gen) {
+            match self.sock()?.batch(&msgs, gen) {
                 Ok(()) => return Ok(fresh.into_iter().cloned().collect()),
                 Err(e) if e.errno == ERESTART => continue,
                 Err(e) => return Err(kerr("adding rules")(e)),

@@ -661,6 +661,35 @@ impl Net for KernelNet {
         Ok(out)
     }
 
+    fn route_dev(&mut self, ns: NsId, dst: &IpAddr) -> Result<Option<String>, NetError> {
+        let mut req = RouteMessage::default();
+        req.header.address_family = match dst {
+            IpAddr::V4(_) => AddressFamily::Inet,
+            IpAddr::V6(_) => AddressFamily::Inet6,
+        };
+        req.header.destination_prefix_length = if dst.is_ipv4() { 32 } else { 128 };
+        req.attributes
+            .push(RouteAttribute::Destination(RouteAddress::from(*dst)));
+        let reply = match self.sock(ns)?.get(RouteNetlinkMessage::GetRoute(req)) {
+            Ok(r) => r,
+            Err(e) if e.errno == libc::ENETUNREACH || e.errno == libc::EHOSTUNREACH => {
+                return Ok(None)
+            }
+            Err(e) => return Err(kerr(format!("route lookup of {dst}"))(e)),
+        };
+        let RouteNetlinkMessage::NewRoute(m) = reply else {
+            return Err(unexpected(&reply));
+        };
+        let oif = m.attributes.iter().find_map(|a| match a {
+            RouteAttribute::Oif(i) => Some(*i),
+            _ => None,
+        });
+        match oif {
+            Some(i) => Ok(Some(self.link_by_index(ns, i)?.name)),
+            None => Ok(None),
+        }
+    }
+
     fn sysctl_get(&mut self, ns: NsId, key: &str) -> Result<String, NetError> {
         let path = Self::sysctl_path(key)?;
         let value = self

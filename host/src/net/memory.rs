@@ -1067,6 +1067,18 @@ impl Net for MemoryNet {
         Ok(out)
     }
 
+    fn route_dev(&mut self, ns: NsId, dst: &IpAddr) -> Result<Option<String>, NetError> {
+        let n = self.ns_ref(ns)?;
+        let best = n
+            .routes
+            .iter()
+            .filter(|r| r.route.table == Some(RT_TABLE_MAIN) && r.route.dst.contains(dst))
+            .max_by_key(|r| r.route.dst.prefix);
+        Ok(best
+            .and_then(|r| n.links.get(&r.oif))
+            .map(|l| l.info.name.clone()))
+    }
+
     fn sysctl_get(&mut self, ns: NsId, key: &str) -> Result<String, NetError> {
         check_sysctl_key(key)?;
         self.ns_ref(ns)?

@@ -399,6 +399,9 @@ pub trait Net: Send {
     /// default), both families, including the kernel's own subnet routes.
     /// Multipath routes are not reported.
     fn routes(&mut self, ns: NsId, link: &str, table: Option<u32>) -> Result<Vec<Route>, NetError>;
+    /// The link the namespace would send traffic for `dst` out of (a route
+    /// lookup); `None` when it has no route there.
+    fn route_dev(&mut self, ns: NsId, dst: &IpAddr) -> Result<Option<String>, NetError>;
 
     /// Read a sysctl of the namespace, dotted form (`net.ipv4.ip_forward`);
     /// the value is trimmed.

@@ -355,6 +355,8 @@ impl ImportHarness {
                 },
                 ledger: ledger.clone(),
                 on_created: None,
+                ports: Vec::new(),
+                filter: None,
             },
         };
         let mut ctx = Ctx::new(

@@ -14,9 +14,10 @@ use super::bindings::cni::plugin::network::{
     Address, Host, HostNetns, Link, LinkSettings, MacvlanMode as WitMode, NetError as WitError,
     RouteSpec,
 };
-use super::policy::{Basis, ConfigGrants, Grants, Side};
+use super::policy::{Basis, ConfigGrants, Grants, PortGrant, Side};
 use super::state::Ctx;
 use crate::cni::Command;
+use crate::filter::{Filter, Rule, Tag};
 use crate::log;
 use crate::net::{
     self, IpNet, LinkChange, LinkId, LinkInfo, MacvlanMode, Net, NetError, NsId, NsRef,
@@ -107,6 +108,9 @@ pub struct Ledger {
     /// Networks of the attachment's own addresses: what its IPAM handed out
     /// during this ADD, and what the runtime's prevResult carried.
     pub own_nets: Vec<IpNet>,
+    /// Filter rules this ADD added (those a retried ADD found in place are
+    /// not listed): what a failed ADD removes.
+    pub filter_added: Vec<Rule>,
 }
 
 /// Told the created links whenever they change during ADD, so that the
@@ -125,6 +129,23 @@ pub struct NetAccess {
     pub config: ConfigGrants,
     pub ledger: Arc<Mutex<Ledger>>,
     pub on_created: Option<OnCreated>,
+    /// `runtimeConfig.portMappings` of the plugin's config.
+    pub ports: Vec<PortGrant>,
+    /// Packet filtering, for interface and meta plugins.
+    pub filter: Option<FilterAccess>,
+}
+
+/// Names the attachment a tag belongs to, for errors (`container X ifname
+/// Y of network Z`), if the host still has its record.
+pub type Holder = Arc<dyn Fn(&Tag) -> Option<String> + Send + Sync>;
+
+/// What the `filter` import works with.
+#[derive(Clone)]
+pub struct FilterAccess {
+    pub backend: Arc<Mutex<Box<dyn Filter>>>,
+    /// The attachment's owner tag, written into every rule.
+    pub tag: Tag,
+    pub holder: Holder,
 }
 
 type R<T> = wasmtime::Result<Result<T, WitError>>;
@@ -293,12 +314,12 @@ impl Journal {
 
 impl Ctx {
     /// Log a refusal with the plugin's name and build the error it gets.
-    fn refuse(&self, why: String) -> WitError {
+    pub(super) fn refuse(&self, why: String) -> WitError {
         log::warn(format_args!("plugin {}: refused: {why}", self.plugin));
         WitError::Refused(why)
     }
 
-    fn access(&self) -> Result<&NetAccess, WitError> {
+    pub(super) fn access(&self) -> Result<&NetAccess, WitError> {
         self.net.as_ref().ok_or_else(|| {
             WitError::Refused("this plugin has no network access in this call".into())
         })
@@ -309,7 +330,7 @@ impl Ctx {
         Ok((h.side, h.id))
     }
 
-    fn grants(&self, access: &NetAccess) -> Grants {
+    pub(super) fn grants(&self, access: &NetAccess) -> Grants {
         let ledger = access.ledger.lock().map(|l| l.clone()).unwrap_or_default();
         Grants {
             command: access.command,
@@ -318,6 +339,7 @@ impl Ctx {
             created_node: ledger.created.node,
             created_container: ledger.created.container,
             own_nets: ledger.own_nets,
+            ports: access.ports.clone(),
         }
     }
 
@@ -449,7 +471,7 @@ impl Ctx {
 /// the link of that name is the one it created. A link that is gone, or
 /// was replaced by another of the same name, is forgotten: `NotFound` or
 /// `Invalid` (a refusal).
-fn verify_created(
+pub(super) fn verify_created(
     net: &mut dyn Net,
     access: &NetAccess,
     side: Side,

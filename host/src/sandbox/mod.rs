@@ -15,11 +15,14 @@ pub mod convert;
 pub mod harness;
 mod host_clocks;
 mod host_files;
+mod host_filter;
 mod host_ipam;
 mod host_log;
 pub(crate) mod host_network;
 pub mod policy;
-pub use host_network::{Change, CreatedLinks, Ledger, NetAccess, OnCreated, Undo};
+pub use host_network::{
+    Change, CreatedLinks, FilterAccess, Holder, Ledger, NetAccess, OnCreated, Undo,
+};
 mod host_store;
 pub mod limits;
 mod state;

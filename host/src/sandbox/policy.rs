@@ -27,10 +27,21 @@
 //!   and friends) only for links the plugin may change; in the node
 //!   namespace, global keys only from a short list of forwarding switches.
 //! * Reading is always allowed.
+//! * Filter rules (`filter` import): added during ADD only, removed during
+//!   ADD and DEL, checked always. Every address a rule names is one of the
+//!   attachment's own; a port map is one the plugin's
+//!   `runtimeConfig.portMappings` lists; bridge isolation only for the bridge
+//!   a link of the attachment is a port of, a MAC check only on a node link
+//!   the attachment created (both checked against the live links by the
+//!   caller, see [`FilterNeed`]).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use serde_json::Value;
 
 use crate::cni::Command;
+use crate::filter::{Proto, Rule};
 use crate::net::{IpNet, LinkId, MacvlanMode, RT_TABLE_MAIN};
 
 /// Which namespace a handle names.
@@ -97,6 +108,79 @@ pub struct Grants {
     pub created_container: BTreeMap<String, LinkId>,
     /// Networks of the attachment's own addresses.
     pub own_nets: Vec<IpNet>,
+    /// `runtimeConfig.portMappings` of the plugin's config.
+    pub ports: Vec<PortGrant>,
+}
+
+/// One entry of `runtimeConfig.portMappings`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortGrant {
+    pub proto: Proto,
+    /// `None` when absent, empty or unspecified (`0.0.0.0`, `::`).
+    pub host_ip: Option<IpAddr>,
+    pub host_port: u16,
+    pub container_port: u16,
+}
+
+impl PortGrant {
+    /// The entries of `runtimeConfig.portMappings` in a plugin's config
+    /// (JSON). Entries that do not parse grant nothing (the plugin refuses
+    /// them itself, naming them).
+    pub fn from_config(config: &str) -> Vec<PortGrant> {
+        let Ok(v) = serde_json::from_str::<Value>(config) else {
+            return Vec::new();
+        };
+        let Some(list) = v
+            .pointer("/runtimeConfig/portMappings")
+            .and_then(Value::as_array)
+        else {
+            return Vec::new();
+        };
+        list.iter().filter_map(PortGrant::parse).collect()
+    }
+
+    fn parse(v: &Value) -> Option<PortGrant> {
+        let port = |k: &str| {
+            v.get(k)
+                .and_then(Value::as_u64)
+                .and_then(|p| u16::try_from(p).ok())
+                .filter(|p| *p != 0)
+        };
+        let proto = match v.get("protocol") {
+            None | Some(Value::Null) => Proto::Tcp,
+            Some(p) => Proto::parse(p.as_str()?)?,
+        };
+        let host_ip = match v.get("hostIP").and_then(Value::as_str) {
+            None | Some("") => None,
+            Some(s) => Some(s.parse::<IpAddr>().ok()?).filter(|ip| !ip.is_unspecified()),
+        };
+        Some(PortGrant {
+            proto,
+            host_ip,
+            host_port: port("hostPort")?,
+            container_port: port("containerPort")?,
+        })
+    }
+}
+
+/// What an allowed filter rule still needs the caller to confirm on the
+/// live links.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FilterNeed {
+    Nothing,
+    /// The node link of this name must still be the one the attachment
+    /// created.
+    Created(String, LinkId),
+    /// The bridge must be the master of a node link the attachment created.
+    PortOf(String),
+}
+
+/// What is being done with a filter rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FilterOp {
+    Add,
+    Check,
+    Remove,
 }
 
 /// Why an operation on a link is allowed. [`Basis::Created`] holds only if
@@ -313,6 +397,74 @@ impl Grants {
         }
     }
 
+    /// May the plugin add, check or remove `rule`?
+    pub fn filter(&self, rule: &Rule, op: FilterOp) -> Verdict<FilterNeed> {
+        match (op, self.command) {
+            (FilterOp::Check, _) | (FilterOp::Add, Command::Add) => {}
+            (FilterOp::Remove, Command::Add | Command::Del) => {}
+            (FilterOp::Add, c) => {
+                return Err(format!(
+                    "adding rule {rule} is not allowed during {}: rules are added during ADD only",
+                    c.as_str()
+                ))
+            }
+            (FilterOp::Remove, c) => {
+                return Err(format!(
+                    "removing rule {rule} is not allowed during {}",
+                    c.as_str()
+                ))
+            }
+        }
+        let own = |ip: &IpAddr| {
+            if self.own_nets.iter().any(|n| n.addr == *ip) {
+                Ok(())
+            } else {
+                let owned: Vec<String> = self.own_nets.iter().map(|n| n.addr.to_string()).collect();
+                Err(format!(
+                    "rule {rule}: {ip} is not an address of this attachment [{}]",
+                    owned.join(", ")
+                ))
+            }
+        };
+        match rule {
+            Rule::Masquerade { source, .. } => own(source)?,
+            Rule::HairpinMasquerade { dst } => own(dst)?,
+            Rule::AllowForward { addr } => own(addr)?,
+            Rule::PortMap {
+                proto,
+                host_ip,
+                host_port,
+                dst,
+                dst_port,
+            } => {
+                own(dst)?;
+                let granted = self.ports.iter().any(|g| {
+                    g.proto == *proto
+                        && g.host_port == *host_port
+                        && g.container_port == *dst_port
+                        && g.host_ip == *host_ip
+                });
+                // Removing and checking a mapping the config no longer lists
+                // is fine: it is the attachment's own by its address.
+                if !granted && op == FilterOp::Add {
+                    return Err(format!(
+                        "rule {rule}: not one of the runtimeConfig.portMappings of this plugin's config"
+                    ));
+                }
+            }
+            Rule::IsolateBridge { bridge } => return Ok(FilterNeed::PortOf(bridge.clone())),
+            Rule::MacSpoofCheck { link, .. } => {
+                return match self.created_node.get(link) {
+                    Some(id) => Ok(FilterNeed::Created(link.clone(), id.clone())),
+                    None => Err(format!(
+                        "rule {rule}: {link:?} is not a node link this attachment created"
+                    )),
+                }
+            }
+        }
+        Ok(FilterNeed::Nothing)
+    }
+
     /// May the plugin read (`write` false) or write sysctl `key`? A grant
     /// on an interface the attachment created is returned as its basis.
     pub fn sysctl(&self, side: Side, key: &str, write: bool) -> Verdict<Basis> {
@@ -377,7 +529,118 @@ mod tests {
                 "10.1.2.5/24".parse().unwrap(),
                 "fd00::5/64".parse().unwrap(),
             ],
+            ports: PortGrant::from_config(
+                r#"{"runtimeConfig":{"portMappings":[
+                    {"hostPort":8080,"containerPort":80,"protocol":"tcp"},
+                    {"hostPort":5353,"containerPort":53,"protocol":"UDP","hostIP":"192.168.1.1"},
+                    {"hostPort":0,"containerPort":53},
+                    {"hostPort":9,"containerPort":9,"protocol":"icmp"},
+                    {"hostPort":10,"containerPort":10,"hostIP":"0.0.0.0"}
+                ]}}"#,
+            ),
         }
+    }
+
+    #[test]
+    fn port_grants_come_from_the_runtime_config() {
+        let g = grants(Command::Add);
+        assert_eq!(g.ports.len(), 3, "{:?}", g.ports);
+        assert_eq!(g.ports[1].proto, Proto::Udp);
+        assert_eq!(g.ports[2].host_ip, None);
+        assert!(PortGrant::from_config("not json").is_empty());
+        assert!(PortGrant::from_config(r#"{"runtimeConfig":{}}"#).is_empty());
+    }
+
+    #[test]
+    fn filter_rules_name_only_the_attachments_own() {
+        let g = grants(Command::Add);
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let pm = |proto, host_ip: Option<&str>, hp, dst: &str, cp| Rule::PortMap {
+            proto,
+            host_ip: host_ip.map(ip),
+            host_port: hp,
+            dst: ip(dst),
+            dst_port: cp,
+        };
+        let ok = [
+            Rule::Masquerade {
+                source: ip("10.1.2.5"),
+                except: vec!["10.1.2.0/24".parse().unwrap()],
+            },
+            Rule::HairpinMasquerade { dst: ip("fd00::5") },
+            Rule::AllowForward {
+                addr: ip("10.1.2.5"),
+            },
+            pm(Proto::Tcp, None, 8080, "10.1.2.5", 80),
+            pm(Proto::Tcp, None, 8080, "fd00::5", 80),
+            pm(Proto::Udp, Some("192.168.1.1"), 5353, "10.1.2.5", 53),
+        ];
+        for r in &ok {
+            assert_eq!(g.filter(r, FilterOp::Add), Ok(FilterNeed::Nothing), "{r}");
+        }
+        let refused = [
+            // Another pod's address, on the same subnet.
+            Rule::Masquerade {
+                source: ip("10.1.2.6"),
+                except: vec![],
+            },
+            Rule::HairpinMasquerade {
+                dst: ip("10.1.2.1"),
+            },
+            Rule::AllowForward {
+                addr: ip("0.0.0.0"),
+            },
+            pm(Proto::Tcp, None, 8080, "10.1.2.6", 80),
+            // Not as the config lists it.
+            pm(Proto::Tcp, None, 8081, "10.1.2.5", 80),
+            pm(Proto::Tcp, None, 8080, "10.1.2.5", 81),
+            pm(Proto::Udp, None, 8080, "10.1.2.5", 80),
+            pm(Proto::Udp, None, 5353, "10.1.2.5", 53),
+            pm(Proto::Udp, Some("192.168.1.2"), 5353, "10.1.2.5", 53),
+            Rule::MacSpoofCheck {
+                link: "cni0".into(),
+                mac: [2, 0, 0, 0, 0, 1],
+            },
+        ];
+        for r in &refused {
+            assert!(g.filter(r, FilterOp::Add).is_err(), "{r}");
+        }
+        assert_eq!(
+            g.filter(
+                &Rule::MacSpoofCheck {
+                    link: "veth0123abcd".into(),
+                    mac: [2, 0, 0, 0, 0, 1]
+                },
+                FilterOp::Add
+            ),
+            Ok(FilterNeed::Created("veth0123abcd".into(), id(7)))
+        );
+        assert_eq!(
+            g.filter(
+                &Rule::IsolateBridge {
+                    bridge: "br9".into()
+                },
+                FilterOp::Add
+            ),
+            Ok(FilterNeed::PortOf("br9".into()))
+        );
+        // Verbs: add in ADD, remove in ADD and DEL, check always.
+        for command in [Command::Check, Command::Del, Command::Gc, Command::Status] {
+            assert!(grants(command).filter(&ok[0], FilterOp::Add).is_err());
+            assert!(grants(command).filter(&ok[0], FilterOp::Check).is_ok());
+        }
+        assert!(grants(Command::Del)
+            .filter(&ok[0], FilterOp::Remove)
+            .is_ok());
+        assert!(grants(Command::Check)
+            .filter(&ok[0], FilterOp::Remove)
+            .is_err());
+        // A mapping the config no longer lists may still be removed.
+        let gone = pm(Proto::Tcp, None, 9999, "10.1.2.5", 80);
+        assert!(grants(Command::Del).filter(&gone, FilterOp::Remove).is_ok());
+        assert!(grants(Command::Del)
+            .filter(&refused[3], FilterOp::Remove)
+            .is_err());
     }
 
     #[test]

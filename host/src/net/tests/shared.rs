@@ -58,6 +58,7 @@ both_backends!(
     address_errors,
     loopback,
     routes_add_list_delete,
+    route_lookup,
     route_errors,
     link_down_drops_routes,
     delete_link_drops_addresses_and_routes,
@@ -787,6 +788,36 @@ pub fn loopback(net: &mut dyn Net, a: NsId, _b: NsId) {
     let addrs = net.addresses(a, "lo").unwrap();
     assert_eq!(addrs, vec![cidr("127.0.0.1/8"), cidr("::1/128")]);
     net.add_address(a, "lo", &cidr("127.0.0.2/8")).unwrap();
+}
+
+pub fn route_lookup(net: &mut dyn Net, a: NsId, b: NsId) {
+    running_veth(net, a, "wv0", b, "wv1");
+    running_veth(net, a, "wv2", b, "wv3");
+    net.add_address(a, "wv0", &cidr("10.1.2.3/24")).unwrap();
+    net.add_address(a, "wv2", &cidr("10.1.3.3/24")).unwrap();
+    net.add_route(
+        a,
+        &Route {
+            dev: Some("wv2".into()),
+            ..route("10.1.2.128/25")
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        net.route_dev(a, &ip("10.1.2.5")).unwrap().as_deref(),
+        Some("wv0")
+    );
+    // The longest prefix wins.
+    assert_eq!(
+        net.route_dev(a, &ip("10.1.2.200")).unwrap().as_deref(),
+        Some("wv2")
+    );
+    assert_eq!(
+        net.route_dev(a, &ip("10.1.3.9")).unwrap().as_deref(),
+        Some("wv2")
+    );
+    assert_eq!(net.route_dev(a, &ip("192.0.2.1")).unwrap(), None);
+    assert_eq!(net.route_dev(a, &ip("fd00::1")).unwrap(), None);
 }
 
 pub fn routes_add_list_delete(net: &mut dyn Net, a: NsId, b: NsId) {

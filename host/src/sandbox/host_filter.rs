@@ -1,0 +1,268 @@
+//! `cni:plugin/filter`: packet-filter rules on the plugin's behalf. Every
+//! rule passes [`policy::Grants::filter`] first (and its check on the live
+//! links); the backend writes the attachment's tag into each rule.
+
+use std::net::IpAddr;
+
+use super::bindings::cni::plugin::filter::{
+    FilterError as WitError, Host, Protocol as WitProto, Rule as WitRule,
+};
+use super::host_network::{verify_created, Change, FilterAccess, NetAccess, Undo};
+use super::policy::{FilterNeed, FilterOp, Side};
+use super::state::Ctx;
+use crate::filter::{FilterError, Proto, Rule};
+use crate::log;
+use crate::net::{parse_mac, IpNet, NetError, NsRef};
+
+/// Rules one call may name.
+const MAX_RULES: usize = 64;
+
+type R<T> = wasmtime::Result<Result<T, WitError>>;
+
+fn ip(s: &str, what: &str) -> Result<IpAddr, WitError> {
+    s.parse()
+        .map_err(|_| WitError::Invalid(format!("{what}: {s:?} is not an IP address")))
+}
+
+fn rule_from_wit(r: WitRule) -> Result<Rule, WitError> {
+    Ok(match r {
+        WitRule::Masquerade(m) => Rule::Masquerade {
+            source: ip(&m.source, "masquerade source")?,
+            except: m
+                .except
+                .iter()
+                .map(|e| {
+                    e.parse::<IpNet>()
+                        .map_err(|e| WitError::Invalid(format!("masquerade exception: {e}")))
+                })
+                .collect::<Result<_, _>>()?,
+        },
+        WitRule::PortMap(p) => Rule::PortMap {
+            proto: match p.protocol {
+                WitProto::Tcp => Proto::Tcp,
+                WitProto::Udp => Proto::Udp,
+                WitProto::Sctp => Proto::Sctp,
+            },
+            host_ip: p
+                .host_ip
+                .as_deref()
+                .map(|h| ip(h, "port map host-ip"))
+                .transpose()?,
+            host_port: p.host_port,
+            dst: ip(&p.address, "port map address")?,
+            dst_port: p.port,
+        },
+        WitRule::HairpinMasquerade(a) => Rule::HairpinMasquerade {
+            dst: ip(&a, "hairpin address")?,
+        },
+        WitRule::AllowForward(a) => Rule::AllowForward {
+            addr: ip(&a, "forward address")?,
+        },
+        WitRule::IsolateBridge(b) => Rule::IsolateBridge { bridge: b },
+        WitRule::MacSpoofCheck(m) => Rule::MacSpoofCheck {
+            mac: parse_mac(&m.mac).map_err(|e| WitError::Invalid(e.to_string()))?,
+            link: m.link,
+        },
+    })
+}
+
+fn to_wit(e: FilterError, fa: &FilterAccess) -> WitError {
+    match e {
+        FilterError::Invalid(m) => WitError::Invalid(m),
+        FilterError::Kernel { errno, msg } => WitError::Kernel((errno, msg)),
+        FilterError::PortTaken { what, holder } => {
+            let who = (fa.holder)(&holder).unwrap_or_else(|| {
+                format!(
+                    "an attachment the host has no record of (owner tag {} {})",
+                    holder.network, holder.attachment
+                )
+            });
+            let me = (fa.holder)(&fa.tag).unwrap_or_else(|| "this attachment".into());
+            WitError::PortTaken(format!(
+                "{what} is already mapped to {who}; {me} cannot map it too"
+            ))
+        }
+    }
+}
+
+impl Ctx {
+    fn filter_call(&mut self, rules: Vec<WitRule>, op: FilterOp) -> R<()> {
+        self.charge()?;
+        let access = match self.access() {
+            Ok(a) => a.clone(),
+            Err(_) => return Ok(Err(self.refuse_filter("no network access in this call"))),
+        };
+        let Some(fa) = access.filter.clone() else {
+            return Ok(Err(
+                self.refuse_filter("no packet-filter access in this call")
+            ));
+        };
+        if rules.len() > MAX_RULES {
+            return Ok(Err(WitError::Invalid(format!(
+                "{} rules in one call; at most {MAX_RULES}",
+                rules.len()
+            ))));
+        }
+        let mut parsed = Vec::with_capacity(rules.len());
+        for r in rules {
+            match rule_from_wit(r) {
+                Ok(r) => parsed.push(r),
+                Err(e) => return Ok(Err(e)),
+            }
+        }
+        let grants = self.grants(&access);
+        for rule in &parsed {
+            let need = match grants.filter(rule, op) {
+                Ok(n) => n,
+                Err(why) => return Ok(Err(self.refuse_filter(&why))),
+            };
+            if let Err(why) = self.confirm(&access, need) {
+                return Ok(Err(self.refuse_filter(&why)));
+            }
+        }
+        let mut backend = match fa.backend.lock() {
+            Ok(b) => b,
+            Err(_) => return Err(wasmtime::Error::msg("filter backend poisoned")),
+        };
+        match op {
+            FilterOp::Add => {
+                let fresh = match backend.add(&fa.tag, &parsed) {
+                    Ok(f) => f,
+                    Err(e) => return Ok(Err(to_wit(e, &fa))),
+                };
+                drop(backend);
+                let changes = self.route_localnet(&access, &fresh);
+                if let Ok(mut l) = access.ledger.lock() {
+                    l.filter_added.extend(fresh);
+                    l.changes.extend(changes);
+                }
+                Ok(Ok(()))
+            }
+            FilterOp::Check => {
+                let present = match backend.present(&fa.tag, &parsed) {
+                    Ok(p) => p,
+                    Err(e) => return Ok(Err(to_wit(e, &fa))),
+                };
+                match parsed.iter().zip(present).find(|(_, there)| !there) {
+                    Some((rule, _)) => Ok(Err(WitError::Missing(format!(
+                        "rule {rule} of this attachment is not in the node's ruleset"
+                    )))),
+                    None => Ok(Ok(())),
+                }
+            }
+            FilterOp::Remove => match backend.remove(&fa.tag, &parsed) {
+                Ok(_) => Ok(Ok(())),
+                Err(e) => Ok(Err(to_wit(e, &fa))),
+            },
+        }
+    }
+
+    fn refuse_filter(&self, why: &str) -> WitError {
+        log::warn(format_args!("plugin {}: refused: {why}", self.plugin));
+        WitError::Refused(why.to_string())
+    }
+
+    /// Check what a rule's grant rests on against the live node links.
+    fn confirm(&mut self, access: &NetAccess, need: FilterNeed) -> Result<(), String> {
+        if need == FilterNeed::Nothing {
+            return Ok(());
+        }
+        let mut net = access
+            .backend
+            .lock()
+            .map_err(|_| "network backend poisoned".to_string())?;
+        let node = net.open(NsRef::Current).map_err(|e| e.to_string())?;
+        match need {
+            FilterNeed::Nothing => Ok(()),
+            FilterNeed::Created(name, id) => {
+                let key = (Side::Node, node, name.clone(), id.index);
+                if self.verified.contains(&key) {
+                    return Ok(());
+                }
+                verify_created(net.as_mut(), access, Side::Node, node, &name, &id)
+                    .map_err(|e| e.to_string())?;
+                self.verified.insert(key);
+                Ok(())
+            }
+            FilterNeed::PortOf(bridge) => {
+                let br = net.link_by_name(node, &bridge).map_err(|e| e.to_string())?;
+                let created = access
+                    .ledger
+                    .lock()
+                    .map(|l| l.created.node.clone())
+                    .unwrap_or_default();
+                for (name, id) in &created {
+                    match net.link_by_name(node, name) {
+                        Ok(l) if l.id() == *id && l.master == Some(br.index) => return Ok(()),
+                        _ => continue,
+                    }
+                }
+                Err(format!(
+                    "{bridge:?} has no port this attachment created: only the attachment's own bridge may be isolated"
+                ))
+            }
+        }
+    }
+
+    /// Hairpin and localhost traffic DNATed to an IPv4 address leaves the
+    /// node with a loopback source until it is masqueraded; the link it goes
+    /// out of must accept that (`route_localnet`), as the reference portmap
+    /// sets it. Best effort: a failure is logged, the rule stays.
+    fn route_localnet(&self, access: &NetAccess, added: &[Rule]) -> Vec<Change> {
+        let mut changes = Vec::new();
+        let Ok(mut net) = access.backend.lock() else {
+            return changes;
+        };
+        for rule in added {
+            let Rule::HairpinMasquerade {
+                dst: dst @ IpAddr::V4(_),
+            } = rule
+            else {
+                continue;
+            };
+            let outcome = (|| -> Result<Option<Change>, NetError> {
+                let node = net.open(NsRef::Current)?;
+                let Some(dev) = net.route_dev(node, dst)? else {
+                    return Ok(None);
+                };
+                let key = format!("net.ipv4.conf.{dev}.route_localnet");
+                let old = net.sysctl_get(node, &key)?;
+                if old == "1" {
+                    return Ok(None);
+                }
+                net.sysctl_set(node, &key, "1")?;
+                Ok(Some(Change {
+                    side: Side::Node,
+                    shared: true,
+                    undo: Undo::Sysctl {
+                        key,
+                        old,
+                        new: "1".into(),
+                    },
+                }))
+            })();
+            match outcome {
+                Ok(c) => changes.extend(c),
+                Err(e) => log::warn(format_args!(
+                    "plugin {}: route_localnet for {dst}: {e}",
+                    self.plugin
+                )),
+            }
+        }
+        changes
+    }
+}
+
+impl Host for Ctx {
+    fn add(&mut self, rules: Vec<WitRule>) -> R<()> {
+        self.filter_call(rules, FilterOp::Add)
+    }
+
+    fn check(&mut self, rules: Vec<WitRule>) -> R<()> {
+        self.filter_call(rules, FilterOp::Check)
+    }
+
+    fn remove(&mut self, rules: Vec<WitRule>) -> R<()> {
+        self.filter_call(rules, FilterOp::Remove)
+    }
+}
