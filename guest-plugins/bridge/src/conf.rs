@@ -23,6 +23,8 @@ struct Raw {
     #[serde(default)]
     ip_masq: Option<bool>,
     #[serde(default)]
+    ip_masq_backend: Option<String>,
+    #[serde(default)]
     mtu: Option<i64>,
     #[serde(default)]
     hairpin_mode: Option<bool>,
@@ -66,6 +68,10 @@ pub struct Conf {
     pub promisc: bool,
     pub enable_dad: bool,
     pub disable_container_interface: bool,
+    /// Masquerade the pod's traffic leaving the node (`ipMasq`).
+    pub ip_masq: bool,
+    /// Let only the container MAC in through the host veth (`macspoofchk`).
+    pub macspoofchk: bool,
     /// The container MAC, by priority CNI_ARGS MAC < args.cni.mac <
     /// runtimeConfig.mac.
     pub mac: Option<String>,
@@ -121,17 +127,17 @@ pub fn load(text: &str, args: &[(String, String)]) -> Result<Conf, CniError> {
     let is_default_gw = raw.is_default_gateway.unwrap_or(false);
 
     let mut unsupported = Vec::new();
-    if raw.ip_masq == Some(true) {
-        unsupported.push(("ipMasq", "true".to_string()));
+    // Both of the reference's backends mean one thing here: the host's
+    // nftables rules.
+    match raw.ip_masq_backend.as_deref() {
+        None | Some("" | "iptables" | "nftables") => {}
+        Some(other) => unsupported.push(("ipMasqBackend", format!("{other:?}"))),
     }
     if vlan != 0 {
         unsupported.push(("vlan", vlan.to_string()));
     }
     if !trunk.is_empty() {
         unsupported.push(("vlanTrunk", format!("{trunk:?}")));
-    }
-    if raw.macspoofchk == Some(true) {
-        unsupported.push(("macspoofchk", "true".to_string()));
     }
     if raw.port_isolation == Some(true) {
         unsupported.push(("portIsolation", "true".to_string()));
@@ -148,6 +154,8 @@ pub fn load(text: &str, args: &[(String, String)]) -> Result<Conf, CniError> {
         promisc,
         enable_dad: raw.enabledad.unwrap_or(false),
         disable_container_interface,
+        ip_masq: raw.ip_masq.unwrap_or(false),
+        macspoofchk: raw.macspoofchk.unwrap_or(false),
         mac,
         unsupported,
     })

@@ -1,6 +1,7 @@
 //! The bridge verbs, generic over the host.
 
 use wasm_cni_sdk::check::{self, mac_matches};
+use wasm_cni_sdk::filter::Rule;
 use wasm_cni_sdk::iface::{self, configure_iface, try_sysctl, Notify};
 use wasm_cni_sdk::ip::{Family, IpNet};
 use wasm_cni_sdk::net::{iface_sysctl, Link, LinkSettings, NetError, Ops};
@@ -55,7 +56,13 @@ impl Plugin for Bridge {
         let node = open_node(host)?;
         check_links(&node, &cont, &conf, req, prev)?;
         check::validate_interface_ips(&cont, &req.ifname, prev)?;
-        check::validate_routes(&cont, &prev.routes)
+        check::validate_routes(&cont, &prev.routes)?;
+        let rules = filter_rules(&conf, prev)?;
+        if !rules.is_empty() {
+            host.filter_check(&rules)
+                .map_err(|e| e.into_cni("ipMasq/macspoofchk rules"))?;
+        }
+        Ok(())
     }
 
     fn status<H: Host>(host: &H, config: &str) -> Result<(), CniError> {
@@ -157,13 +164,19 @@ fn configure<H: Host>(
         ..CniResult::default()
     };
 
+    // The host removes the filter rules with the attachment (and if this
+    // ADD fails); inside `with_ipam` so that a refusal releases the IP.
     if conf.net.has_ipam() {
         iface::with_ipam(host, |allocated| {
-            configure_l3(node, cont, conf, req, &bridge.mac, allocated, &mut result)
+            configure_l3(node, cont, conf, req, &bridge.mac, allocated, &mut result)?;
+            add_rules(host, conf, &result)
         })?;
-    } else if !conf.disable_container_interface {
-        cont.set_up(&req.ifname)
-            .map_err(|e| e.into_cni(format_args!("failed to set {:?} up", req.ifname)))?;
+    } else {
+        if !conf.disable_container_interface {
+            cont.set_up(&req.ifname)
+                .map_err(|e| e.into_cni(format_args!("failed to set {:?} up", req.ifname)))?;
+        }
+        add_rules(host, conf, &result)?;
     }
 
     // Enslaving and addressing may change the MACs.
@@ -173,6 +186,43 @@ fn configure<H: Host>(
         result.dns = Some(dns);
     }
     Ok(result)
+}
+
+fn add_rules<H: Host>(host: &H, conf: &Conf, result: &CniResult) -> Result<(), CniError> {
+    let rules = filter_rules(conf, result)?;
+    if rules.is_empty() {
+        return Ok(());
+    }
+    host.filter_add(&rules)
+        .map_err(|e| e.into_cni("ipMasq/macspoofchk rules"))
+}
+
+/// The rules `ipMasq` and `macspoofchk` ask for, from the result: as the
+/// reference, each address masqueraded except towards its own subnet, and
+/// the host veth (the result's interface 1) letting in only the
+/// container's MAC.
+fn filter_rules(conf: &Conf, result: &CniResult) -> Result<Vec<Rule>, CniError> {
+    let mut rules = Vec::new();
+    if conf.ip_masq {
+        for ip in &result.ips {
+            let addr = iface::parse_address(ip)?;
+            rules.push(Rule::Masquerade {
+                source: addr.addr().to_string(),
+                except: vec![addr.network().to_string()],
+            });
+        }
+    }
+    if conf.macspoofchk {
+        let host_veth = result.interfaces.get(1);
+        let cont = result.interfaces.get(CONTAINER_INDEX as usize);
+        if let (Some(h), Some(Some(mac))) = (host_veth, cont.map(|c| c.mac.clone())) {
+            rules.push(Rule::MacSpoofCheck {
+                link: h.name.clone(),
+                mac,
+            });
+        }
+    }
+    Ok(rules)
 }
 
 /// IPAM result → gateways, container addresses and routes, bridge address,

@@ -116,13 +116,12 @@ fn unsupported_fields_are_code_2_and_change_nothing() {
     let host = host_v4();
     let before = host.snapshot();
     for (extra, key) in [
-        (r#""ipMasq":true"#, "ipMasq"),
+        (r#""ipMasq":true,"ipMasqBackend":"ebpf""#, "ipMasqBackend"),
         (r#""vlan":100"#, "vlan"),
         (
             r#""vlanTrunk":[{"id":101},{"minID":200,"maxID":210}]"#,
             "vlanTrunk",
         ),
-        (r#""macspoofchk":true"#, "macspoofchk"),
         (r#""portIsolation":true"#, "portIsolation"),
     ] {
         let e = add(&host, &l3(extra)).unwrap_err();
@@ -134,6 +133,7 @@ fn unsupported_fields_are_code_2_and_change_nothing() {
         );
     }
     assert_eq!(host.snapshot(), before);
+    assert!(host.filter_rules().is_empty());
     // Defaults of those fields are fine.
     add(
         &host,
@@ -600,6 +600,53 @@ fn check_after_add_passes_and_catches_drift() {
             .msg,
         "lost reservation"
     );
+}
+
+#[test]
+fn ip_masq_and_macspoofchk_ask_the_host_for_rules() {
+    use wasm_cni_sdk::filter::{FilterError, Rule};
+    let host = FakeHost::with_ipam_result(
+        &[("10.1.2.2/24", None), ("fd00:1::2/64", None)],
+        &["0.0.0.0/0"],
+    );
+    host.allow_node_link("cni0");
+    let config = l3(r#""isGateway":true,"ipMasq":true,"ipMasqBackend":"nftables","macspoofchk":true"#);
+    let r = add(&host, &config).unwrap();
+    let veth = r.interfaces[1].name.clone();
+    let mac = r.interfaces[2].mac.clone().unwrap();
+    assert_eq!(
+        host.filter_rules(),
+        vec![
+            Rule::Masquerade {
+                source: "10.1.2.2".into(),
+                except: vec!["10.1.2.0/24".into()]
+            },
+            Rule::Masquerade {
+                source: "fd00:1::2".into(),
+                except: vec!["fd00:1::/64".into()]
+            },
+            Rule::MacSpoofCheck { link: veth, mac },
+        ]
+    );
+    // CHECK verifies them.
+    let req = host.request_with_prev(&config, &r);
+    Bridge::check(&host, &req).unwrap();
+    host.set_filter_rules(host.filter_rules()[1..].to_vec());
+    let e = Bridge::check(&host, &req).unwrap_err();
+    assert!(e.msg.contains("masquerade 10.1.2.2"), "{}", e.msg);
+
+    // Without ipMasq nothing is asked for.
+    let host = host_v4();
+    add(&host, &l3(r#""isGateway":true"#)).unwrap();
+    assert!(host.filter_rules().is_empty());
+
+    // A refusal fails the ADD and leaves no veth or allocation behind.
+    let host = host_v4();
+    host.fail_filter(FilterError::Refused("not yours".into()));
+    let e = add(&host, &l3(r#""ipMasq":true"#)).unwrap_err();
+    assert!(e.msg.contains("refused by host policy: not yours"), "{}", e.msg);
+    assert!(host.node_veth().is_empty());
+    assert!(!host.ipam_allocated());
 }
 
 #[test]

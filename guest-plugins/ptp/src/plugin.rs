@@ -3,6 +3,7 @@
 use serde::Deserialize;
 use wasm_cni_sdk::check::{self, mac_matches};
 use wasm_cni_sdk::config::{self, NetConf};
+use wasm_cni_sdk::filter::Rule;
 use wasm_cni_sdk::iface::{self, configure_iface};
 use wasm_cni_sdk::ip::IpNet;
 use wasm_cni_sdk::net::{scope, Ops, RouteSpec};
@@ -19,6 +20,8 @@ struct Raw {
     #[serde(default)]
     ip_masq: Option<bool>,
     #[serde(default)]
+    ip_masq_backend: Option<String>,
+    #[serde(default)]
     mtu: Option<i64>,
 }
 
@@ -26,6 +29,7 @@ struct Raw {
 struct Conf {
     net: NetConf,
     ip_masq: bool,
+    ip_masq_backend: Option<String>,
     mtu: Option<u32>,
 }
 
@@ -43,8 +47,28 @@ fn load(text: &str) -> Result<Conf, CniError> {
     Ok(Conf {
         net,
         ip_masq: raw.ip_masq.unwrap_or(false),
+        ip_masq_backend: raw.ip_masq_backend,
         mtu,
     })
+}
+
+/// `ipMasq`: each address masqueraded except towards its own subnet, as the
+/// reference's `SetupIPMasq`.
+fn masq_rules(conf: &Conf, result: &CniResult) -> Result<Vec<Rule>, CniError> {
+    if !conf.ip_masq {
+        return Ok(Vec::new());
+    }
+    result
+        .ips
+        .iter()
+        .map(|ip| {
+            let addr = iface::parse_address(ip)?;
+            Ok(Rule::Masquerade {
+                source: addr.addr().to_string(),
+                except: vec![addr.network().to_string()],
+            })
+        })
+        .collect()
 }
 
 pub struct Ptp;
@@ -52,8 +76,15 @@ pub struct Ptp;
 impl Plugin for Ptp {
     fn add<H: Host>(host: &H, req: &Request) -> Result<CniResult, CniError> {
         let conf = load(&req.config)?;
-        if conf.ip_masq {
-            return Err(CniError::unsupported_field("ipMasq", true));
+        // Both of the reference's backends mean the host's nftables rules.
+        match conf.ip_masq_backend.as_deref() {
+            None | Some("" | "iptables" | "nftables") => {}
+            Some(other) => {
+                return Err(CniError::unsupported_field(
+                    "ipMasqBackend",
+                    format!("{other:?}"),
+                ))
+            }
         }
         if !conf.net.has_ipam() {
             return Err(CniError::invalid_config(
@@ -66,7 +97,15 @@ impl Plugin for Ptp {
         // As the reference: IPAM ADD before the veth exists; on failure the
         // veth goes first, then the allocation.
         iface::with_ipam(host, |allocated| {
-            let added = add_with_ip(&node, &cont, &conf, req, allocated);
+            let added = add_with_ip(&node, &cont, &conf, req, allocated).and_then(|r| {
+                // The host removes the rules with the attachment.
+                let rules = masq_rules(&conf, &r)?;
+                if !rules.is_empty() {
+                    host.filter_add(&rules)
+                        .map_err(|e| e.into_cni("ipMasq rules"))?;
+                }
+                Ok(r)
+            });
             plugin::undo_link_on_error(host, &cont, &req.ifname, added)
         })
     }
@@ -105,7 +144,13 @@ impl Plugin for Ptp {
             )));
         }
         check::validate_interface_ips(&cont, &req.ifname, prev)?;
-        check::validate_routes(&cont, &prev.routes)
+        check::validate_routes(&cont, &prev.routes)?;
+        let rules = masq_rules(&conf, prev)?;
+        if !rules.is_empty() {
+            host.filter_check(&rules)
+                .map_err(|e| e.into_cni("ipMasq rules"))?;
+        }
+        Ok(())
     }
 
     fn status<H: Host>(host: &H, config: &str) -> Result<(), CniError> {

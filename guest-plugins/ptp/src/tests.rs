@@ -115,14 +115,37 @@ fn config_errors() {
     let host = host_v4();
     let e = add(&host, r#"{"cniVersion":"1.0.0","name":"n","type":"ptp"}"#).unwrap_err();
     assert_eq!(e.code, 7);
-    let e = add(&host, &conf(r#""ipMasq":true"#)).unwrap_err();
+    let e = add(&host, &conf(r#""ipMasq":true,"ipMasqBackend":"bpf""#)).unwrap_err();
     assert_eq!(
         (e.code, e.msg.as_str()),
-        (2, "unsupported field ipMasq: true")
+        (2, "unsupported field ipMasqBackend: \"bpf\"")
     );
     let e = add(&host, &conf(r#""mtu":20"#)).unwrap_err();
     assert_eq!(e.code, 7);
     assert!(host.ipam_calls().is_empty());
+}
+
+#[test]
+fn ip_masq_asks_the_host_and_check_verifies() {
+    use wasm_cni_sdk::filter::{FilterError, Rule};
+    let host = host_v4();
+    let config = conf(r#""ipMasq":true,"ipMasqBackend":"iptables""#);
+    let r = add(&host, &config).unwrap();
+    let addr = r.ips[0].address.split('/').next().unwrap().to_string();
+    assert_eq!(host.filter_rules().len(), 1);
+    assert!(matches!(&host.filter_rules()[0],
+        Rule::Masquerade { source, except } if *source == addr && except.len() == 1));
+    Ptp::check(&host, &host.request_with_prev(&config, &r)).unwrap();
+    host.set_filter_rules(Vec::new());
+    let e = Ptp::check(&host, &host.request_with_prev(&config, &r)).unwrap_err();
+    assert!(e.msg.contains("missing"), "{}", e.msg);
+
+    // A failure to add the rule undoes the veth and the allocation.
+    let host = host_v4();
+    host.fail_filter(FilterError::Kernel(1, "EPERM".into()));
+    add(&host, &config).unwrap_err();
+    assert!(!host.ipam_allocated());
+    assert!(host.node_veth().is_empty());
 }
 
 #[test]

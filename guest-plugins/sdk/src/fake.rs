@@ -25,6 +25,7 @@ use std::net::IpAddr;
 use std::rc::Rc;
 
 use crate::error::CniError;
+use crate::filter::{FilterError, Rule};
 use crate::host::{Host, Level, StoreEntry, StoreError};
 use crate::ip::{parse_ip, IpNet};
 use crate::net::{
@@ -158,6 +159,10 @@ struct World {
     now: u64,
     logs: Vec<(Level, String)>,
     failures: Vec<Failure>,
+    /// The attachment's filter rules, in the order added.
+    filter_rules: Vec<Rule>,
+    /// The next filter call fails with this.
+    filter_error: Option<FilterError>,
 }
 
 const IPV4_LEAVES: &[(&str, &str)] = &[
@@ -221,6 +226,8 @@ impl World {
             now: 1_700_000_000_000,
             logs: Vec::new(),
             failures: Vec::new(),
+            filter_rules: Vec::new(),
+            filter_error: None,
         };
         for id in [NsId::Node, NsId::Container] {
             let ns = &mut world.ns[id.index()];
@@ -771,6 +778,21 @@ impl FakeHost {
         self.world.borrow().store_values.get(name).cloned()
     }
 
+    /// The attachment's filter rules, as the plugin left them.
+    pub fn filter_rules(&self) -> Vec<Rule> {
+        self.world.borrow().filter_rules.clone()
+    }
+
+    /// Put rules in place, as an earlier ADD would have.
+    pub fn set_filter_rules(&self, rules: Vec<Rule>) {
+        self.world.borrow_mut().filter_rules = rules;
+    }
+
+    /// Make the next filter call fail with `e`.
+    pub fn fail_filter(&self, e: FilterError) {
+        self.world.borrow_mut().filter_error = Some(e);
+    }
+
     pub fn logs(&self) -> Vec<(Level, String)> {
         self.world.borrow().logs.clone()
     }
@@ -932,6 +954,39 @@ impl Host for FakeHost {
             Some(v) => w.store_values.insert(name.into(), v.into()),
             None => w.store_values.remove(name),
         };
+        Ok(())
+    }
+
+    fn filter_add(&self, rules: &[Rule]) -> Result<(), FilterError> {
+        let mut w = self.world.borrow_mut();
+        if let Some(e) = w.filter_error.take() {
+            return Err(e);
+        }
+        for r in rules {
+            if !w.filter_rules.contains(r) {
+                w.filter_rules.push(r.clone());
+            }
+        }
+        Ok(())
+    }
+
+    fn filter_check(&self, rules: &[Rule]) -> Result<(), FilterError> {
+        let mut w = self.world.borrow_mut();
+        if let Some(e) = w.filter_error.take() {
+            return Err(e);
+        }
+        match rules.iter().find(|r| !w.filter_rules.contains(r)) {
+            Some(r) => Err(FilterError::Missing(format!("rule {r}"))),
+            None => Ok(()),
+        }
+    }
+
+    fn filter_remove(&self, rules: &[Rule]) -> Result<(), FilterError> {
+        let mut w = self.world.borrow_mut();
+        if let Some(e) = w.filter_error.take() {
+            return Err(e);
+        }
+        w.filter_rules.retain(|r| !rules.contains(r));
         Ok(())
     }
 

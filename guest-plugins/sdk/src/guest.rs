@@ -22,7 +22,8 @@ pub mod bindings {
     });
 }
 
-use bindings::cni::plugin::{ipam, log, network as wnet, store, types as wt};
+use bindings::cni::plugin::{filter as wf, ipam, log, network as wnet, store, types as wt};
+use crate::filter::{FilterError, Protocol, Rule};
 
 // ---------------------------------------------------------------- types
 
@@ -432,6 +433,55 @@ impl From<store::StoreError> for StoreError {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct WitHost;
 
+impl From<wf::FilterError> for FilterError {
+    fn from(e: wf::FilterError) -> Self {
+        match e {
+            wf::FilterError::Refused(m) => Self::Refused(m),
+            wf::FilterError::Invalid(m) => Self::Invalid(m),
+            wf::FilterError::PortTaken(m) => Self::PortTaken(m),
+            wf::FilterError::Missing(m) => Self::Missing(m),
+            wf::FilterError::Kernel((errno, m)) => Self::Kernel(errno, m),
+        }
+    }
+}
+
+fn rule_to_wit(r: &Rule) -> wf::Rule {
+    match r {
+        Rule::Masquerade { source, except } => wf::Rule::Masquerade(wf::Masquerade {
+            source: source.clone(),
+            except: except.clone(),
+        }),
+        Rule::PortMap {
+            protocol,
+            host_ip,
+            host_port,
+            address,
+            port,
+        } => wf::Rule::PortMap(wf::PortMap {
+            protocol: match protocol {
+                Protocol::Tcp => wf::Protocol::Tcp,
+                Protocol::Udp => wf::Protocol::Udp,
+                Protocol::Sctp => wf::Protocol::Sctp,
+            },
+            host_ip: host_ip.clone(),
+            host_port: *host_port,
+            address: address.clone(),
+            port: *port,
+        }),
+        Rule::HairpinMasquerade(a) => wf::Rule::HairpinMasquerade(a.clone()),
+        Rule::AllowForward(a) => wf::Rule::AllowForward(a.clone()),
+        Rule::IsolateBridge(b) => wf::Rule::IsolateBridge(b.clone()),
+        Rule::MacSpoofCheck { link, mac } => wf::Rule::MacSpoofCheck(wf::MacSpoofCheck {
+            link: link.clone(),
+            mac: mac.clone(),
+        }),
+    }
+}
+
+fn rules_to_wit(rules: &[Rule]) -> Vec<wf::Rule> {
+    rules.iter().map(rule_to_wit).collect()
+}
+
 impl Host for WitHost {
     type Ns = WitNs;
 
@@ -501,6 +551,18 @@ impl Host for WitHost {
 
     fn store_set_value(&self, name: &str, value: Option<&str>) -> Result<(), StoreError> {
         Ok(store::set_value(name, value)?)
+    }
+
+    fn filter_add(&self, rules: &[Rule]) -> Result<(), FilterError> {
+        Ok(wf::add(&rules_to_wit(rules))?)
+    }
+
+    fn filter_check(&self, rules: &[Rule]) -> Result<(), FilterError> {
+        Ok(wf::check(&rules_to_wit(rules))?)
+    }
+
+    fn filter_remove(&self, rules: &[Rule]) -> Result<(), FilterError> {
+        Ok(wf::remove(&rules_to_wit(rules))?)
     }
 
     fn log(&self, level: Level, message: &str) {

@@ -6,6 +6,7 @@
 use std::fmt;
 
 use crate::error::CniError;
+use crate::filter::{FilterError, Rule};
 use crate::net::{NetError, Ops};
 use crate::types::{Attachment, CniResult, Request};
 
@@ -82,6 +83,14 @@ pub trait Host {
     fn store_now(&self) -> u64;
     fn store_get_value(&self, name: &str) -> Result<Option<String>, StoreError>;
     fn store_set_value(&self, name: &str, value: Option<&str>) -> Result<(), StoreError>;
+
+    /// Install packet-filter rules for the attachment, all or none (WIT
+    /// `filter.add`; ADD only).
+    fn filter_add(&self, rules: &[Rule]) -> Result<(), FilterError>;
+    /// `Missing` naming the first of `rules` the attachment does not have.
+    fn filter_check(&self, rules: &[Rule]) -> Result<(), FilterError>;
+    /// Remove those of `rules` the attachment has (ADD and DEL).
+    fn filter_remove(&self, rules: &[Rule]) -> Result<(), FilterError>;
 
     fn log(&self, level: Level, message: &str);
 }

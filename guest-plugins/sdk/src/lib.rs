@@ -29,6 +29,7 @@ pub mod config;
 pub mod error;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
+pub mod filter;
 pub mod guest;
 pub mod host;
 pub mod iface;
