@@ -610,7 +610,8 @@ fn ip_masq_and_macspoofchk_ask_the_host_for_rules() {
         &["0.0.0.0/0"],
     );
     host.allow_node_link("cni0");
-    let config = l3(r#""isGateway":true,"ipMasq":true,"ipMasqBackend":"nftables","macspoofchk":true"#);
+    let config =
+        l3(r#""isGateway":true,"ipMasq":true,"ipMasqBackend":"nftables","macspoofchk":true"#);
     let r = add(&host, &config).unwrap();
     let veth = r.interfaces[1].name.clone();
     let mac = r.interfaces[2].mac.clone().unwrap();
@@ -644,7 +645,11 @@ fn ip_masq_and_macspoofchk_ask_the_host_for_rules() {
     let host = host_v4();
     host.fail_filter(FilterError::Refused("not yours".into()));
     let e = add(&host, &l3(r#""ipMasq":true"#)).unwrap_err();
-    assert!(e.msg.contains("refused by host policy: not yours"), "{}", e.msg);
+    assert!(
+        e.msg.contains("refused by host policy: not yours"),
+        "{}",
+        e.msg
+    );
     assert!(host.node_veth().is_empty());
     assert!(!host.ipam_allocated());
 }

@@ -22,8 +22,8 @@ pub mod bindings {
     });
 }
 
-use bindings::cni::plugin::{filter as wf, ipam, log, network as wnet, store, types as wt};
 use crate::filter::{FilterError, Protocol, Rule};
+use bindings::cni::plugin::{filter as wf, ipam, log, network as wnet, store, types as wt};
 
 // ---------------------------------------------------------------- types
 
