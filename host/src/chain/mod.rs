@@ -443,6 +443,9 @@ impl Executor {
             None => recorded_result(rec.as_ref()),
         };
         self.begin(rec.as_ref());
+        if let Some(p) = &prev {
+            self.own_addresses(p);
+        }
         let errors = self.teardown(att, prev.as_ref(), "DEL");
         if errors.is_empty() {
             self.records
@@ -557,6 +560,9 @@ impl Executor {
             None => recorded_result(rec.as_ref()),
         };
         self.begin(rec.as_ref());
+        if let Some(p) = &prev {
+            self.own_addresses(p);
+        }
         for (index, entry) in self.conf.chain.iter().enumerate() {
             let step = Step {
                 index,
@@ -634,6 +640,9 @@ impl Executor {
                 args: rec.cni_args.clone(),
             };
             self.begin(Some(&rec));
+            if let Some(p) = recorded_result(Some(&rec)) {
+                self.own_addresses(&p);
+            }
             // Whatever the plugins leave of the stale attachment goes too:
             // the host recorded it as theirs.
             let errs = self.teardown(&att, recorded_result(Some(&rec)).as_ref(), "gc");
@@ -780,7 +789,9 @@ impl Executor {
     }
 
     /// The addresses of `result` are the attachment's own: node-side
-    /// addresses and routes may lie in their networks.
+    /// addresses and routes may lie in their networks, filter rules may name
+    /// them. For ADD the runtime's prevResult; for CHECK, DEL and GC the
+    /// result being checked or torn down.
     fn own_addresses(&self, result: &CniResult) {
         let nets: Vec<IpNet> = result
             .ips

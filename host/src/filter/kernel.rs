@@ -25,7 +25,7 @@
 
 mod nfnl;
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs::File;
 use std::net::IpAddr;
 use std::os::fd::AsFd;
@@ -388,6 +388,12 @@ fn compile(rule: &Rule) -> Vec<KRule> {
     }
 }
 
+/// Whether every kernel rule of `rule` is in place: `have` counts kernel
+/// rules by comment.
+fn complete(have: &HashMap<String, usize>, tag: &Tag, rule: &Rule) -> bool {
+    have.get(&tag.comment(rule)).copied().unwrap_or(0) >= compile(rule).len()
+}
+
 /// nf_tables in one network namespace: the node's. The socket is opened on
 /// first use, so a chain without filter rules never opens one.
 pub struct KernelFilter {
@@ -535,7 +541,7 @@ impl Filter for KernelFilter {
                 None
             };
             let needed: BTreeSet<u8> = rules.iter().flat_map(compile).map(|k| k.family).collect();
-            let mut have: HashSet<String> = HashSet::new();
+            let mut have: HashMap<String, usize> = HashMap::new();
             let mut inet_comments: Vec<String> = Vec::new();
             for &family in &needed {
                 for r in self.rules_of(family)? {
@@ -543,15 +549,14 @@ impl Filter for KernelFilter {
                         if family == NFPROTO_INET {
                             inet_comments.push(c.clone());
                         }
-                        have.insert(c);
+                        *have.entry(c).or_default() += 1;
                     }
                 }
             }
             port_clash(tag, rules, inet_comments.iter().map(String::as_str))?;
-            let fresh: Vec<&Rule> = rules
-                .iter()
-                .filter(|r| !have.contains(&tag.comment(r)))
-                .collect();
+            // A rule some of whose pieces were deleted by hand is added again
+            // whole.
+            let fresh: Vec<&Rule> = rules.iter().filter(|r| !complete(&have, tag, r)).collect();
             if fresh.is_empty() {
                 return Ok(Vec::new());
             }
@@ -581,14 +586,13 @@ impl Filter for KernelFilter {
     }
 
     fn present(&mut self, tag: &Tag, rules: &[Rule]) -> Result<Vec<bool>, FilterError> {
-        let mut have: HashSet<String> = HashSet::new();
+        let mut have: HashMap<String, usize> = HashMap::new();
         for family in FAMILIES {
-            have.extend(self.rules_of(family)?.into_iter().filter_map(|r| r.comment));
+            for c in self.rules_of(family)?.into_iter().filter_map(|r| r.comment) {
+                *have.entry(c).or_default() += 1;
+            }
         }
-        Ok(rules
-            .iter()
-            .map(|r| have.contains(&tag.comment(r)))
-            .collect())
+        Ok(rules.iter().map(|r| complete(&have, tag, r)).collect())
     }
 
     fn remove(&mut self, tag: &Tag, rules: &[Rule]) -> Result<usize, FilterError> {

@@ -43,6 +43,25 @@ impl MemoryFilter {
         self.fail_next_add = Some(errno);
     }
 
+    /// Every kernel rule of `rule` is in place.
+    fn complete(&self, tag: &Tag, rule: &Rule) -> bool {
+        let c = tag.comment(rule);
+        self.rules.iter().filter(|i| i.comment == c).count() >= placement(rule).len()
+    }
+
+    /// Delete one installed kernel rule of `rule`, as `nft delete rule`
+    /// would (tests of partial rules).
+    pub fn delete_one(&mut self, tag: &Tag, rule: &Rule) -> bool {
+        let c = tag.comment(rule);
+        match self.rules.iter().position(|i| i.comment == c) {
+            Some(i) => {
+                self.rules.remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
     fn delete_where(&mut self, doomed: impl Fn(&Owned, &str) -> bool) -> usize {
         let mut gone: Vec<String> = Vec::new();
         self.rules.retain(|r| {
@@ -74,8 +93,7 @@ impl Filter for MemoryFilter {
         )?;
         let mut fresh = Vec::new();
         for r in rules {
-            let comment = tag.comment(r);
-            if self.rules.iter().any(|i| i.comment == comment) || fresh.contains(r) {
+            if self.complete(tag, r) || fresh.contains(r) {
                 continue;
             }
             fresh.push(r.clone());
@@ -94,13 +112,7 @@ impl Filter for MemoryFilter {
     }
 
     fn present(&mut self, tag: &Tag, rules: &[Rule]) -> Result<Vec<bool>, FilterError> {
-        Ok(rules
-            .iter()
-            .map(|r| {
-                let c = tag.comment(r);
-                self.rules.iter().any(|i| i.comment == c)
-            })
-            .collect())
+        Ok(rules.iter().map(|r| self.complete(tag, r)).collect())
     }
 
     fn remove(&mut self, tag: &Tag, rules: &[Rule]) -> Result<usize, FilterError> {

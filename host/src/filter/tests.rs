@@ -165,6 +165,31 @@ fn memory_suite() {
 }
 
 #[test]
+fn a_rule_missing_a_piece_is_not_present_and_is_added_again_whole() {
+    let t = Tag::new("n", "c", "eth0");
+    let fwd = Rule::AllowForward {
+        addr: ip("10.0.0.5"),
+    };
+    let mut m = MemoryFilter::new();
+    m.add(&t, std::slice::from_ref(&fwd)).unwrap();
+    assert!(m.delete_one(&t, &fwd));
+    assert_eq!(
+        m.present(&t, std::slice::from_ref(&fwd)).unwrap(),
+        vec![false]
+    );
+    assert_eq!(
+        m.add(&t, std::slice::from_ref(&fwd)).unwrap(),
+        vec![fwd.clone()]
+    );
+    assert_eq!(
+        m.present(&t, std::slice::from_ref(&fwd)).unwrap(),
+        vec![true]
+    );
+    assert_eq!(m.remove_all(&t).unwrap(), 1);
+    assert!(m.list().unwrap().is_empty());
+}
+
+#[test]
 fn kernel_suite() {
     require_root!();
     let ns = Netns::new("filter");

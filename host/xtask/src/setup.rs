@@ -8,7 +8,15 @@ use crate::toolchain::{RUST_PACKAGES, WASI_LIBC_PACKAGE};
 use crate::{fail, Context, Result};
 
 /// What the integration tests and the demo run besides the build.
-pub const TEST_PACKAGES: &[&str] = &["iproute2", "iputils-ping", "containernetworking-plugins"];
+/// nftables and iptables: the tests read the node's rulesets with them, and
+/// the reference plugins' iptables rules need the latter.
+pub const TEST_PACKAGES: &[&str] = &[
+    "iproute2",
+    "iputils-ping",
+    "containernetworking-plugins",
+    "nftables",
+    "iptables",
+];
 
 pub fn run(extra: &[&str]) -> Result<()> {
     let wanted: Vec<&str> = RUST_PACKAGES

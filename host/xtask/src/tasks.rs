@@ -137,8 +137,9 @@ pub fn test(root: &Path) -> Result<()> {
         &["test", "--release", "--locked", "--workspace"],
         &[(under_test.0, &under_test.1)],
     )?;
-    // The same chain, policy, IPAM and conformance tests again, every call
-    // served by a daemon in the node namespace (the other front door).
+    // The same chain, policy, IPAM, conformance and filtering tests again,
+    // every call served by a daemon in the node namespace (the other front
+    // door).
     let (p, f) = cargo_test(
         root,
         &[
@@ -155,6 +156,8 @@ pub fn test(root: &Path) -> Result<()> {
             "host_local",
             "--test",
             "conformance",
+            "--test",
+            "filtering",
         ],
         &[("WASM_CNI_TEST_DAEMON", "1"), (under_test.0, &under_test.1)],
     )?;
