@@ -201,3 +201,154 @@ fn ipam_plugins_get_no_network_access() {
         .collect();
     assert_eq!(names, ["0:refused", "1:refused", "main"]);
 }
+
+/// wasm-cni's tables as nft lists them.
+fn wasm_tables(ns: &wasm_cni_tests::Netns) -> String {
+    let all = ns.exec(&["nft", "list", "ruleset"]);
+    let mut out = String::new();
+    let mut inside = false;
+    for line in all.lines() {
+        if line.starts_with("table ") {
+            inside = line.contains("wasm_cni");
+        }
+        if inside {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+#[test]
+fn filter_rules_for_what_is_not_the_attachments_are_refused() {
+    if !is_root("filter_rules_for_what_is_not_the_attachments_are_refused") {
+        return;
+    }
+    let (sb, pod) = setup("polf");
+    for p in ["bridge", "static", "portmap"] {
+        sb.install(&wasm_cni_tests::plugin(p), p);
+    }
+    // Attachment A: a pod on bridge cnipf with ipMasq and port 8080.
+    let a_ns = wasm_cni_tests::Netns::new("polfa");
+    let mut a_conf = sb.conf(
+        "1.1.0",
+        "polnet",
+        json!([{"type":"bridge","bridge":"cnipf","isGateway":true,"ipMasq":true,
+                "ipam":{"type":"static","addresses":[{"address":"10.66.0.5/24","gateway":"10.66.0.1"}]}},
+               {"type":"portmap","capabilities":{"portMappings":true}}]),
+    );
+    a_conf["runtimeConfig"] =
+        json!({"portMappings":[{"hostPort":8080,"containerPort":80,"protocol":"tcp"}]});
+    let a = Invocation::new("ADD")
+        .id("ctrA")
+        .netns(a_ns.path())
+        .run_in(Some(&pod.node.name), &pod.conf(&a_conf));
+    a.assert_ok();
+    let a_veth = a.json()["interfaces"][1]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let before = wasm_tables(&pod.node);
+    assert!(before.contains("dport 8080"), "{before}");
+
+    // Attachment B: the scripted plugin, with an address and port 8080 of
+    // its own config, trying A's.
+    let rule = |r: Value| json!({"op":"filter-add","rules":[r]});
+    let b_conf = |ops: Value, strict: bool| {
+        let mut c = conf(
+            &sb,
+            json!({"ops": ops, "strict": strict, "capabilities": {"portMappings": true},
+                   "ipam":{"type":"static","addresses":[{"address":"10.66.0.9/24"}]}}),
+        );
+        c["runtimeConfig"] =
+            json!({"portMappings":[{"hostPort":8080,"containerPort":80,"protocol":"tcp"}]});
+        pod.conf(&c)
+    };
+    let ops = json!([
+        {"op":"ipam-add"},
+        rule(json!({"masquerade":{"source":"10.66.0.5","except":[]}})),
+        rule(json!({"port-map":{"host-port":9090,"address":"10.66.0.9","port":80}})),
+        rule(json!({"port-map":{"host-port":8080,"address":"10.66.0.9","port":80}})),
+        rule(json!({"port-map":{"host-port":8080,"address":"10.66.0.5","port":80}})),
+        rule(json!({"macspoof":{"link":a_veth,"mac":"02:00:00:00:00:01"}})),
+        rule(json!({"isolate":"cnipf"})),
+        rule(json!({"forward":"10.66.0.5"})),
+        {"op":"filter-remove","rules":[{"masquerade":{"source":"10.66.0.5","except":["10.66.0.0/24"]}}]},
+        {"op":"filter-check","rules":[{"forward":"10.66.0.9"}]},
+        rule(json!({"forward":"10.66.0.9"})),
+    ]);
+    let out = pod.run(
+        Invocation::new("ADD").id("ctrB"),
+        &b_conf(ops.clone(), false),
+    );
+    assert_eq!(
+        outcomes(&out),
+        [
+            "ok",
+            "refused",
+            "refused",
+            "exists",
+            "refused",
+            "refused",
+            "refused",
+            "refused",
+            "refused",
+            "not-found",
+            "ok"
+        ],
+        "{}",
+        out.stderr
+    );
+    // A's rules are untouched; B's own forward rules were added.
+    let during = wasm_tables(&pod.node);
+    for line in before.lines().filter(|l| l.contains("comment")) {
+        assert!(
+            during.contains(line),
+            "A's rule {line:?} changed:\n{during}"
+        );
+    }
+    assert!(during.contains("ip saddr 10.66.0.9"), "{during}");
+    pod.run(Invocation::new("DEL").id("ctrB"), &b_conf(ops, false))
+        .assert_ok();
+    assert_eq!(wasm_tables(&pod.node), before);
+
+    // The taken port names who holds it.
+    let taken = pod.run(
+        Invocation::new("ADD").id("ctrB"),
+        &b_conf(
+            json!([{"op":"ipam-add"},
+                   rule(json!({"port-map":{"host-port":8080,"address":"10.66.0.9","port":80}}))]),
+            true,
+        ),
+    );
+    assert_eq!(taken.error_code(), 999);
+    let msg = taken.error_msg();
+    assert!(
+        msg.contains("tcp port 8080 (IPv4) is already mapped to container ctrA (eth0) of network"),
+        "{msg}"
+    );
+    assert!(msg.contains("container ctrB (eth0)"), "{msg}");
+    // A failed ADD takes back the rules it added.
+    let failed = pod.run(
+        Invocation::new("ADD").id("ctrB"),
+        &b_conf(
+            json!([{"op":"ipam-add"}, rule(json!({"forward":"10.66.0.9"}))]),
+            false,
+        )
+        .as_object()
+        .map(|o| {
+            let mut o = o.clone();
+            o["chain"][0]["end"] = json!("fail");
+            Value::Object(o)
+        })
+        .unwrap(),
+    );
+    assert_eq!(failed.error_code(), 999);
+    assert_eq!(wasm_tables(&pod.node), before);
+    Invocation::new("DEL")
+        .id("ctrA")
+        .netns(a_ns.path())
+        .run_in(Some(&pod.node.name), &pod.conf(&a_conf))
+        .assert_ok();
+    assert_eq!(wasm_tables(&pod.node), "");
+}
