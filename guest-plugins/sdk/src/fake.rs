@@ -29,7 +29,8 @@ use crate::filter::{FilterError, Rule};
 use crate::host::{Host, Level, StoreEntry, StoreError};
 use crate::ip::{parse_ip, IpNet};
 use crate::net::{
-    scope, Link, LinkSettings, MacvlanMode, NetError, NetResult, Ops, RouteSpec, MAIN_TABLE,
+    scope, Link, LinkSettings, MacvlanMode, NetError, NetResult, Ops, Qdisc, RateLimit, RouteSpec,
+    MAIN_TABLE,
 };
 use crate::types::{Attachment, CniResult, IpConfig, Request, Route};
 
@@ -103,6 +104,10 @@ struct FakeLink {
     peer: Option<(NsId, u32)>,
     /// For a tap: how it was created.
     tap: Option<TapInfo>,
+    /// The root tbf's limit, if one is set.
+    rate_limit: Option<RateLimit>,
+    /// Where its ingress is redirected, if it is.
+    redirect: Option<String>,
 }
 
 /// How a tap device was created (what `Link` does not report).
@@ -298,6 +303,8 @@ impl World {
             mac_set: false,
             peer: None,
             tap: None,
+            rate_limit: None,
+            redirect: None,
         });
         for (k, v) in per_link_keys(name) {
             ns.sysctls.insert(k, v.into());
@@ -380,6 +387,15 @@ impl World {
     fn may_enslave_to(&self, id: NsId, bridge: &str) -> bool {
         self.may_change(id, bridge)
             || (id == NsId::Container && self.container_bridges.iter().any(|b| b == bridge))
+    }
+
+    /// The host's rule for qdiscs: links the attachment created only.
+    fn may_shape(&self, id: NsId, name: &str) -> NetResult<()> {
+        if !self.policy || self.ns[id.index()].created.iter().any(|c| c == name) {
+            Ok(())
+        } else {
+            Err(World::refuse("shaping link", name))
+        }
     }
 
     fn may_create(&self, id: NsId, name: &str) -> bool {
@@ -1521,6 +1537,85 @@ impl Ops for FakeNs {
                 .ok_or_else(|| NetError::NotFound(format!("sysctl {key}")))?;
             *slot = value.trim().to_string();
             Ok(())
+        })
+    }
+
+    fn create_ifb(&self, name: &str, mtu: Option<u32>) -> NetResult<Link> {
+        self.with("create_ifb", name, |w, id| {
+            check_name(name)?;
+            if let Some(m) = mtu {
+                check_mtu(m)?;
+            }
+            if w.policy && id != NsId::Node {
+                return Err(World::refuse("ifb", name));
+            }
+            if w.ns[id.index()].find(name).is_some() {
+                return Err(NetError::Exists(format!("link {name:?}")));
+            }
+            w.new_link(id, name, "ifb", mtu.unwrap_or(1500), true);
+            let ns = &mut w.ns[id.index()];
+            ns.created.push(name.to_string());
+            Ok(ns.links[ns.links.len() - 1].link.clone())
+        })
+    }
+
+    fn limit_rate(&self, link: &str, limit: RateLimit) -> NetResult<()> {
+        self.with("limit_rate", link, |w, id| {
+            w.may_shape(id, link)?;
+            if limit.rate == 0 || limit.burst == 0 {
+                return Err(NetError::Invalid("rate and burst must be positive".into()));
+            }
+            let i = w.link_pos(id, link)?;
+            w.ns[id.index()].links[i].rate_limit = Some(limit);
+            Ok(())
+        })
+    }
+
+    fn has_rate_limit(&self, link: &str, limit: RateLimit) -> NetResult<bool> {
+        self.with("has_rate_limit", link, |w, id| {
+            let i = w.link_pos(id, link)?;
+            Ok(w.ns[id.index()].links[i].rate_limit == Some(limit))
+        })
+    }
+
+    fn redirect_ingress(&self, link: &str, to: &str) -> NetResult<()> {
+        self.with("redirect_ingress", link, |w, id| {
+            w.may_shape(id, link)?;
+            w.may_shape(id, to)?;
+            w.link_pos(id, to)?;
+            let i = w.link_pos(id, link)?;
+            let l = &mut w.ns[id.index()].links[i];
+            if l.redirect.is_some() {
+                return Err(NetError::Exists(format!("ingress qdisc on {link}")));
+            }
+            l.redirect = Some(to.to_string());
+            Ok(())
+        })
+    }
+
+    fn list_qdiscs(&self, link: &str) -> NetResult<Vec<Qdisc>> {
+        self.with("list_qdiscs", link, |w, id| {
+            let i = w.link_pos(id, link)?;
+            let l = &w.ns[id.index()].links[i];
+            let mut out = Vec::new();
+            if let Some(r) = l.rate_limit {
+                out.push(Qdisc {
+                    kind: "tbf".into(),
+                    handle: 0x1_0000,
+                    parent: 0xffff_ffff,
+                    tbf_rate: Some(r.rate / 8),
+                    ..Qdisc::default()
+                });
+            }
+            if l.redirect.is_some() {
+                out.push(Qdisc {
+                    kind: "ingress".into(),
+                    handle: 0xffff_0000,
+                    parent: 0xffff_fff1,
+                    ..Qdisc::default()
+                });
+            }
+            Ok(out)
         })
     }
 }

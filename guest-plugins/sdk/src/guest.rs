@@ -8,7 +8,9 @@ use std::marker::PhantomData;
 
 use crate::error::CniError;
 use crate::host::{Host, Level, Plugin, StoreEntry, StoreError};
-use crate::net::{Link, LinkSettings, MacvlanMode, NetError, NetResult, Ops, RouteSpec};
+use crate::net::{
+    Link, LinkSettings, MacvlanMode, NetError, NetResult, Ops, Qdisc, RateLimit, RouteSpec,
+};
 use crate::types::{Attachment, CniResult, Dns, Interface, IpConfig, Request, Route};
 
 /// The generated bindings of world `interface-plugin`.
@@ -415,6 +417,50 @@ impl Ops for WitNs {
 
     fn set_sysctl(&self, key: &str, value: &str) -> NetResult<()> {
         Ok(self.0.set_sysctl(key, value)?)
+    }
+
+    fn create_ifb(&self, name: &str, mtu: Option<u32>) -> NetResult<Link> {
+        Ok(self.0.create_ifb(name, mtu)?.into())
+    }
+
+    fn limit_rate(&self, link: &str, limit: RateLimit) -> NetResult<()> {
+        Ok(self.0.limit_rate(
+            link,
+            wnet::RateLimit {
+                rate: limit.rate,
+                burst: limit.burst,
+            },
+        )?)
+    }
+
+    fn has_rate_limit(&self, link: &str, limit: RateLimit) -> NetResult<bool> {
+        Ok(self.0.has_rate_limit(
+            link,
+            wnet::RateLimit {
+                rate: limit.rate,
+                burst: limit.burst,
+            },
+        )?)
+    }
+
+    fn redirect_ingress(&self, link: &str, to: &str) -> NetResult<()> {
+        Ok(self.0.redirect_ingress(link, to)?)
+    }
+
+    fn list_qdiscs(&self, link: &str) -> NetResult<Vec<Qdisc>> {
+        Ok(self
+            .0
+            .list_qdiscs(link)?
+            .into_iter()
+            .map(|q| Qdisc {
+                kind: q.kind,
+                handle: q.handle,
+                parent: q.parent,
+                tbf_rate: q.tbf_rate,
+                tbf_buffer: q.tbf_buffer,
+                tbf_limit: q.tbf_limit,
+            })
+            .collect())
     }
 }
 

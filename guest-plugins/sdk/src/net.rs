@@ -168,6 +168,25 @@ impl LinkSettings {
 }
 
 /// The verbs plugins need on one network namespace.
+/// A token-bucket limit (WIT `rate-limit`): bits per second, bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct RateLimit {
+    pub rate: u64,
+    pub burst: u64,
+}
+
+/// A qdisc as listed (WIT `qdisc`).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Qdisc {
+    pub kind: String,
+    pub handle: u32,
+    pub parent: u32,
+    /// tbf: bytes per second, bucket in ticks, queue limit in bytes.
+    pub tbf_rate: Option<u64>,
+    pub tbf_buffer: Option<u32>,
+    pub tbf_limit: Option<u32>,
+}
+
 pub trait Ops {
     /// Creates a veth pair: `name` here, `peer_name` in `peer_ns`; `mac`
     /// applies to `name`. Returns the link created here.
@@ -232,6 +251,17 @@ pub trait Ops {
     /// Reads a sysctl of this namespace, dotted form.
     fn get_sysctl(&self, key: &str) -> NetResult<String>;
     fn set_sysctl(&self, key: &str, value: &str) -> NetResult<()>;
+
+    /// An ifb device, up (node namespace only).
+    fn create_ifb(&self, name: &str, mtu: Option<u32>) -> NetResult<Link>;
+    /// A root tbf on `link` limiting what it sends (the reference
+    /// bandwidth plugin's parameters).
+    fn limit_rate(&self, link: &str, limit: RateLimit) -> NetResult<()>;
+    /// Whether `link`'s root qdisc is the tbf `limit_rate` sets for `limit`.
+    fn has_rate_limit(&self, link: &str, limit: RateLimit) -> NetResult<bool>;
+    /// Redirect what `link` receives out of `to`.
+    fn redirect_ingress(&self, link: &str, to: &str) -> NetResult<()>;
+    fn list_qdiscs(&self, link: &str) -> NetResult<Vec<Qdisc>>;
 
     /// Sets the link up.
     fn set_up(&self, name: &str) -> NetResult<Link> {

@@ -22,6 +22,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
+use netlink_packet_core::{DefaultNla, Nla, NLM_F_REPLACE};
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
 use netlink_packet_route::address::{AddressAttribute, AddressMessage, AddressScope};
 use netlink_packet_route::link::{
@@ -32,15 +33,100 @@ use netlink_packet_route::link::{
 use netlink_packet_route::route::{
     RouteAddress, RouteAttribute, RouteMessage, RouteMetric, RouteProtocol, RouteScope, RouteType,
 };
+use netlink_packet_route::tc::{
+    TcAction, TcActionAttribute, TcActionGeneric, TcActionMirrorOption, TcActionOption,
+    TcActionType, TcAttribute, TcFilterU32Option, TcHandle, TcHeader, TcMessage, TcMirror,
+    TcMirrorActionType, TcOption, TcU32Key, TcU32Selector, TcU32SelectorFlags,
+};
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use rustix::thread::{move_into_link_name_space, LinkNameSpaceType};
 
 use self::socket::{NlError, NlSocket};
 use super::{
     check_link_name, check_route, check_sysctl_key, format_mac, parse_mac, IpNet, LinkChange,
-    LinkInfo, MacvlanMode, Net, NetError, NsId, NsRef, Route, RT_SCOPE_LINK, RT_SCOPE_UNIVERSE,
-    RT_TABLE_MAIN,
+    LinkInfo, MacvlanMode, Net, NetError, NsId, NsRef, Qdisc, RateLimit, Route, Tbf,
+    DEFAULT_TICKS_PER_US, INGRESS_HANDLE, RT_SCOPE_LINK, RT_SCOPE_UNIVERSE, RT_TABLE_MAIN,
+    TBF_HANDLE, TC_H_INGRESS, TC_H_ROOT,
 };
+
+/// `TCA_TBF_PARMS` and `TCA_TBF_RATE64` (`linux/pkt_sched.h`).
+const TCA_OPTIONS: u16 = 2;
+const TCA_TBF_PARMS: u16 = 1;
+const TCA_TBF_RATE64: u16 = 4;
+const ETH_P_ALL: u16 = 0x0003;
+
+/// `struct tc_tbf_qopt`: rate and peak rate (`struct tc_ratespec`, 12
+/// bytes each, the rate in its last four), limit, buffer, mtu.
+fn tbf_qopt(t: &Tbf) -> Vec<u8> {
+    let mut v = vec![0u8; 36];
+    let rate = u32::try_from(t.rate).unwrap_or(u32::MAX);
+    v[8..12].copy_from_slice(&rate.to_ne_bytes());
+    v[24..28].copy_from_slice(&t.limit.to_ne_bytes());
+    v[28..32].copy_from_slice(&t.buffer.to_ne_bytes());
+    v
+}
+
+fn tbf_from_options(opts: &[TcOption]) -> Option<Tbf> {
+    // netlink-packet-route keeps the options of a kind it does not know as
+    // one attribute: the whole `TCA_OPTIONS` nest.
+    let mut attrs: Vec<(u16, Vec<u8>)> = Vec::new();
+    for o in opts {
+        let TcOption::Other(nla) = o else { continue };
+        let mut buf = vec![0u8; nla.value_len()];
+        nla.emit_value(&mut buf);
+        if nla.kind() & 0x3fff == TCA_OPTIONS {
+            let mut rest = buf.as_slice();
+            while rest.len() >= 4 {
+                let len = usize::from(u16::from_ne_bytes([rest[0], rest[1]]));
+                let kind = u16::from_ne_bytes([rest[2], rest[3]]) & 0x3fff;
+                if len < 4 || len > rest.len() {
+                    break;
+                }
+                attrs.push((kind, rest[4..len].to_vec()));
+                rest = rest.get((len + 3) & !3..).unwrap_or(&[]);
+            }
+        } else {
+            attrs.push((nla.kind() & 0x3fff, buf));
+        }
+    }
+    let mut parms = None;
+    let mut rate64 = None;
+    for (kind, v) in attrs {
+        match kind {
+            TCA_TBF_PARMS if v.len() >= 36 => parms = Some(v),
+            TCA_TBF_RATE64 if v.len() >= 8 => {
+                rate64 = v[..8].try_into().ok().map(u64::from_ne_bytes);
+            }
+            _ => {}
+        }
+    }
+    let p = parms?;
+    let u = |i: usize| u32::from_ne_bytes([p[i], p[i + 1], p[i + 2], p[i + 3]]);
+    Some(Tbf {
+        rate: rate64.unwrap_or(u64::from(u(8))),
+        limit: u(24),
+        buffer: u(28),
+    })
+}
+
+/// Ticks per microsecond from `/proc/net/psched` (`t2us us2t clock_res`),
+/// as the Go netlink library reads it.
+fn read_psched() -> f64 {
+    let Ok(text) = std::fs::read_to_string("/proc/net/psched") else {
+        return DEFAULT_TICKS_PER_US;
+    };
+    let v: Vec<u64> = text
+        .split_whitespace()
+        .filter_map(|w| u64::from_str_radix(w, 16).ok())
+        .collect();
+    match v.as_slice() {
+        [t2us, us2t, res, ..] if *us2t != 0 => {
+            let clock_factor = *res as f64 / 1e6;
+            *t2us as f64 / *us2t as f64 * clock_factor
+        }
+        _ => DEFAULT_TICKS_PER_US,
+    }
+}
 
 pub struct KernelNet {
     namespaces: Vec<Namespace>,
@@ -688,6 +774,149 @@ impl Net for KernelNet {
             Some(i) => Ok(Some(self.link_by_index(ns, i)?.name)),
             None => Ok(None),
         }
+    }
+
+    fn create_ifb(&mut self, ns: NsId, name: &str, mtu: Option<u32>) -> Result<LinkInfo, NetError> {
+        check_link_name(name)?;
+        let mut msg = LinkMessage::default();
+        msg.attributes.push(LinkAttribute::IfName(name.to_string()));
+        if let Some(mtu) = mtu {
+            msg.attributes.push(LinkAttribute::Mtu(mtu));
+        }
+        msg.header.flags = LinkFlags::Up;
+        msg.header.change_mask = LinkFlags::Up;
+        msg.attributes
+            .push(LinkAttribute::LinkInfo(vec![NlLinkInfo::Kind(
+                InfoKind::Ifb,
+            )]));
+        self.new_link(ns, msg, &format!("create ifb {name}"))?;
+        self.link_by_name(ns, name)
+    }
+
+    fn set_rate_limit(&mut self, ns: NsId, link: &str, limit: &RateLimit) -> Result<(), NetError> {
+        let tbf = limit.tbf(self.ticks_per_us())?;
+        let mut opts = vec![TcOption::Other(DefaultNla::new(
+            TCA_TBF_PARMS,
+            tbf_qopt(&tbf),
+        ))];
+        if tbf.rate >= 1 << 32 {
+            opts.push(TcOption::Other(DefaultNla::new(
+                TCA_TBF_RATE64,
+                tbf.rate.to_ne_bytes().to_vec(),
+            )));
+        }
+        self.with_index(ns, link, |net, index| {
+            let mut msg = TcMessage::with_index(index as i32);
+            msg.header.handle = TcHandle::from(TBF_HANDLE);
+            msg.header.parent = TcHandle::from(TC_H_ROOT);
+            msg.attributes = vec![
+                TcAttribute::Kind("tbf".into()),
+                TcAttribute::Options(opts.clone()),
+            ];
+            net.sock(ns)?
+                .ack(
+                    RouteNetlinkMessage::NewQueueDiscipline(msg),
+                    NLM_F_CREATE | NLM_F_REPLACE,
+                )
+                .map_err(kerr(format!("tbf qdisc on {link}")))
+        })
+    }
+
+    fn redirect_ingress(&mut self, ns: NsId, link: &str, to: &str) -> Result<(), NetError> {
+        let target = self.index_of(ns, to)?;
+        self.with_index(ns, link, |net, index| {
+            let mut q = TcMessage::with_index(index as i32);
+            q.header.handle = TcHandle::from(INGRESS_HANDLE);
+            q.header.parent = TcHandle::from(TC_H_INGRESS);
+            q.attributes = vec![TcAttribute::Kind("ingress".into())];
+            net.sock(ns)?
+                .ack(
+                    RouteNetlinkMessage::NewQueueDiscipline(q),
+                    NLM_F_CREATE | NLM_F_EXCL,
+                )
+                .map_err(kerr(format!("ingress qdisc on {link}")))?;
+            // tc filter add dev LINK parent ffff: protocol all prio 1 u32
+            //   match u32 0 0 flowid 1:1 action mirred egress redirect dev TO
+            let mut sel = TcU32Selector::default();
+            sel.flags = TcU32SelectorFlags::Terminal;
+            sel.nkeys = 1;
+            sel.keys = vec![TcU32Key::default()];
+            let mut generic = TcActionGeneric::default();
+            generic.action = TcActionType::Stolen;
+            let mut mirror = TcMirror::default();
+            mirror.generic = generic;
+            mirror.eaction = TcMirrorActionType::EgressRedir;
+            mirror.ifindex = target;
+            let mut action = TcAction::default();
+            action.tab = 1;
+            action.attributes = vec![
+                TcActionAttribute::Kind("mirred".into()),
+                TcActionAttribute::Options(vec![TcActionOption::Mirror(
+                    TcActionMirrorOption::Parms(mirror),
+                )]),
+            ];
+            let mut f = TcMessage::with_index(index as i32);
+            f.header = TcHeader {
+                index: index as i32,
+                handle: TcHandle::UNSPEC,
+                parent: TcHandle::from(INGRESS_HANDLE),
+                info: (1u32 << 16) | u32::from(ETH_P_ALL.to_be()),
+                ..TcHeader::default()
+            };
+            f.attributes = vec![
+                TcAttribute::Kind("u32".into()),
+                TcAttribute::Options(vec![
+                    TcOption::U32(TcFilterU32Option::ClassId(TcHandle { major: 1, minor: 1 })),
+                    TcOption::U32(TcFilterU32Option::Selector(sel)),
+                    TcOption::U32(TcFilterU32Option::Action(vec![action])),
+                ]),
+            ];
+            net.sock(ns)?
+                .ack(
+                    RouteNetlinkMessage::NewTrafficFilter(f),
+                    NLM_F_CREATE | NLM_F_EXCL,
+                )
+                .map_err(kerr(format!("redirect of {link} to {to}")))
+        })
+    }
+
+    fn qdiscs(&mut self, ns: NsId, link: &str) -> Result<Vec<Qdisc>, NetError> {
+        let index = self.index_of(ns, link)?;
+        let all = self
+            .sock(ns)?
+            .dump(RouteNetlinkMessage::GetQueueDiscipline(TcMessage::default()))
+            .map_err(kerr(format!("list qdiscs of {link}")))?;
+        let mut out = Vec::new();
+        for m in all {
+            let RouteNetlinkMessage::NewQueueDiscipline(m) = m else {
+                continue;
+            };
+            if m.header.index != index as i32 {
+                continue;
+            }
+            let mut kind = String::new();
+            let mut tbf = None;
+            for a in &m.attributes {
+                match a {
+                    TcAttribute::Kind(k) => kind = k.clone(),
+                    TcAttribute::Options(o) => tbf = tbf_from_options(o),
+                    _ => {}
+                }
+            }
+            out.push(Qdisc {
+                tbf: if kind == "tbf" { tbf } else { None },
+                kind,
+                handle: u32::from(m.header.handle),
+                parent: u32::from(m.header.parent),
+            });
+        }
+        Ok(out)
+    }
+
+    fn ticks_per_us(&self) -> f64 {
+        // The same for every namespace and for the process's life.
+        static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+        *TICKS.get_or_init(read_psched)
     }
 
     fn sysctl_get(&mut self, ns: NsId, key: &str) -> Result<String, NetError> {

@@ -50,8 +50,8 @@ use std::path::PathBuf;
 
 use super::{
     check_link_name, check_route, check_sysctl_key, format_mac, parse_mac, IpNet, LinkChange,
-    LinkInfo, MacvlanMode, Net, NetError, NsId, NsRef, Route, RT_SCOPE_LINK, RT_SCOPE_UNIVERSE,
-    RT_TABLE_MAIN,
+    LinkInfo, MacvlanMode, Net, NetError, NsId, NsRef, Qdisc, RateLimit, Route, INGRESS_HANDLE,
+    RT_SCOPE_LINK, RT_SCOPE_UNIVERSE, RT_TABLE_MAIN, TBF_HANDLE, TC_H_INGRESS, TC_H_ROOT,
 };
 
 const LO: u32 = 1;
@@ -84,6 +84,10 @@ struct MemLink {
     mtu_by_user: bool,
     owner: Option<u32>,
     group: Option<u32>,
+    /// The qdiscs set on it (a link starts with none listed).
+    qdiscs: Vec<Qdisc>,
+    /// Where its ingress is redirected to (an index of its namespace).
+    redirect: Option<u32>,
 }
 
 #[derive(Clone)]
@@ -279,6 +283,8 @@ impl MemoryNet {
             mtu_by_user: false,
             owner: None,
             group: None,
+            qdiscs: Vec::new(),
+            redirect: None,
         }
     }
 
@@ -557,6 +563,8 @@ impl MemNs {
                 mtu_by_user: false,
                 owner: None,
                 group: None,
+                qdiscs: Vec::new(),
+                redirect: None,
             },
         );
         ns
@@ -1077,6 +1085,64 @@ impl Net for MemoryNet {
         Ok(best
             .and_then(|r| n.links.get(&r.oif))
             .map(|l| l.info.name.clone()))
+    }
+
+    fn create_ifb(&mut self, ns: NsId, name: &str, mtu: Option<u32>) -> Result<LinkInfo, NetError> {
+        self.name_free(ns, name)?;
+        let mut link = self.new_link(name, "ifb", 1500, None);
+        let i = self.insert(ns, link.clone())?;
+        if let Some(m) = mtu {
+            self.check_mtu((ns, i), m)?;
+        }
+        link.info.mtu = mtu.unwrap_or(1500);
+        if let Some(l) = self.link_mut((ns, i)) {
+            l.info.mtu = link.info.mtu;
+        }
+        self.set_up((ns, i), true);
+        self.info((ns, i))
+    }
+
+    fn set_rate_limit(&mut self, ns: NsId, link: &str, limit: &RateLimit) -> Result<(), NetError> {
+        let tbf = limit.tbf(self.ticks_per_us())?;
+        let index = self.ns_ref(ns)?.index_of(link)?;
+        if let Some(l) = self.link_mut((ns, index)) {
+            l.qdiscs.retain(|q| q.parent != TC_H_ROOT);
+            l.qdiscs.push(Qdisc {
+                kind: "tbf".into(),
+                handle: TBF_HANDLE,
+                parent: TC_H_ROOT,
+                tbf: Some(tbf),
+            });
+        }
+        Ok(())
+    }
+
+    fn redirect_ingress(&mut self, ns: NsId, link: &str, to: &str) -> Result<(), NetError> {
+        let n = self.ns_ref(ns)?;
+        let (index, target) = (n.index_of(link)?, n.index_of(to)?);
+        let Some(l) = self.link_mut((ns, index)) else {
+            return Err(not_found(format!("link {link}")));
+        };
+        if l.qdiscs.iter().any(|q| q.parent == TC_H_INGRESS) {
+            return Err(NetError::Exists(format!("ingress qdisc on {link}")));
+        }
+        l.qdiscs.push(Qdisc {
+            kind: "ingress".into(),
+            handle: INGRESS_HANDLE,
+            parent: TC_H_INGRESS,
+            tbf: None,
+        });
+        l.redirect = Some(target);
+        Ok(())
+    }
+
+    fn qdiscs(&mut self, ns: NsId, link: &str) -> Result<Vec<Qdisc>, NetError> {
+        let n = self.ns_ref(ns)?;
+        let index = n.index_of(link)?;
+        Ok(n.links
+            .get(&index)
+            .map(|l| l.qdiscs.clone())
+            .unwrap_or_default())
     }
 
     fn sysctl_get(&mut self, ns: NsId, key: &str) -> Result<String, NetError> {

@@ -296,6 +296,78 @@ impl Route {
     }
 }
 
+/// A token-bucket limit, as the bandwidth plugin configures one: `rate` in
+/// bits per second, `burst` in bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimit {
+    pub rate: u64,
+    pub burst: u64,
+}
+
+/// The kernel parameters of a `tbf` qdisc.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tbf {
+    /// Bytes per second.
+    pub rate: u64,
+    /// The bucket, in scheduler ticks.
+    pub buffer: u32,
+    /// Bytes that may queue.
+    pub limit: u32,
+}
+
+/// The latency the reference bandwidth plugin sizes its queues for.
+pub const TBF_LATENCY_MS: u64 = 25;
+
+impl RateLimit {
+    /// The tbf the reference bandwidth plugin makes for this limit, with
+    /// `ticks_per_us` scheduler ticks per microsecond (`/proc/net/psched`):
+    /// rate and burst in bytes, the bucket as the time the burst takes at
+    /// the rate, the queue limit as 25 ms at the rate plus the burst.
+    pub fn tbf(&self, ticks_per_us: f64) -> Result<Tbf, NetError> {
+        if self.rate == 0 || self.burst == 0 {
+            return Err(NetError::Invalid(format!(
+                "rate limit {} bit/s, burst {} bit: both must be positive",
+                self.rate, self.burst
+            )));
+        }
+        let rate = self.rate / 8;
+        let burst = u32::try_from(self.burst / 8)
+            .map_err(|_| NetError::Invalid(format!("burst {} bit: at most 4 GiB", self.burst)))?;
+        if rate == 0 {
+            return Err(NetError::Invalid(format!(
+                "rate {} bit/s is less than a byte per second",
+                self.rate
+            )));
+        }
+        // As the reference computes them (Go float64 arithmetic, truncated).
+        let us = (f64::from(burst) * 1e6 / rate as f64) as u32;
+        let buffer = (f64::from(us) * ticks_per_us) as u32;
+        let latency_us = 1e6 * (TBF_LATENCY_MS as f64 / 1000.0);
+        let limit = ((rate as f64 * latency_us / 1e6) as u32).saturating_add(burst);
+        Ok(Tbf {
+            rate,
+            buffer,
+            limit,
+        })
+    }
+}
+
+/// A queueing discipline of a link, as listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Qdisc {
+    /// `tbf`, `ingress`, `noqueue`, ...
+    pub kind: String,
+    pub handle: u32,
+    pub parent: u32,
+    pub tbf: Option<Tbf>,
+}
+
+/// Handles as `tc` writes them: `1:` is 0x10000.
+pub const TC_H_ROOT: u32 = 0xffff_ffff;
+pub const TC_H_INGRESS: u32 = 0xffff_fff1;
+pub const TBF_HANDLE: u32 = 0x0001_0000;
+pub const INGRESS_HANDLE: u32 = 0xffff_0000;
+
 /// Which namespace to open.
 #[derive(Debug, Clone, Copy)]
 pub enum NsRef<'a> {
@@ -407,7 +479,27 @@ pub trait Net: Send {
     /// the value is trimmed.
     fn sysctl_get(&mut self, ns: NsId, key: &str) -> Result<String, NetError>;
     fn sysctl_set(&mut self, ns: NsId, key: &str, value: &str) -> Result<(), NetError>;
+
+    /// Create an `ifb` device (up), to shape what another link receives.
+    fn create_ifb(&mut self, ns: NsId, name: &str, mtu: Option<u32>) -> Result<LinkInfo, NetError>;
+    /// Make the root qdisc of `link` the tbf for `limit` (handle `1:`),
+    /// replacing whatever root qdisc it had.
+    fn set_rate_limit(&mut self, ns: NsId, link: &str, limit: &RateLimit) -> Result<(), NetError>;
+    /// Send everything `link` receives out of `to` instead: an `ingress`
+    /// qdisc on `link` with a match-all u32 filter (priority 1, every
+    /// protocol) whose mirred action redirects to `to`'s egress.
+    fn redirect_ingress(&mut self, ns: NsId, link: &str, to: &str) -> Result<(), NetError>;
+    /// The qdiscs of `link`.
+    fn qdiscs(&mut self, ns: NsId, link: &str) -> Result<Vec<Qdisc>, NetError>;
+    /// Scheduler ticks per microsecond, for [`RateLimit::tbf`].
+    fn ticks_per_us(&self) -> f64 {
+        DEFAULT_TICKS_PER_US
+    }
 }
+
+/// What `/proc/net/psched` says on every kernel since 2.6.x with
+/// high-resolution timers: 1000 ns per 64-ns tick.
+pub const DEFAULT_TICKS_PER_US: f64 = 15.625;
 
 /// The kernel's `dev_valid_name`: 1 to 15 bytes, not `.` or `..`, no `/`,
 /// `:` or whitespace.

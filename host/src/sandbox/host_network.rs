@@ -12,7 +12,7 @@ use wasmtime::component::Resource;
 
 use super::bindings::cni::plugin::network::{
     Address, Host, HostNetns, Link, LinkSettings, MacvlanMode as WitMode, NetError as WitError,
-    RouteSpec,
+    Qdisc as WitQdisc, RateLimit as WitRateLimit, RouteSpec,
 };
 use super::policy::{Basis, ConfigGrants, Grants, PortGrant, Side};
 use super::state::Ctx;
@@ -20,7 +20,7 @@ use crate::cni::Command;
 use crate::filter::{Filter, Rule, Tag};
 use crate::log;
 use crate::net::{
-    self, IpNet, LinkChange, LinkId, LinkInfo, MacvlanMode, Net, NetError, NsId, NsRef,
+    self, IpNet, LinkChange, LinkId, LinkInfo, MacvlanMode, Net, NetError, NsId, NsRef, RateLimit,
 };
 
 /// A namespace handle held in the store's resource table.
@@ -239,6 +239,9 @@ enum Ask<'a> {
     Address(Side, NsId, &'a str, &'a IpNet, bool),
     Route(Side, NsId, &'a str, &'a IpNet, Option<u32>, bool),
     Sysctl(Side, NsId, &'a str, bool),
+    /// Qdiscs and filters on a link.
+    Shape(Side, NsId, &'a str),
+    CreateIfb(Side, &'a str),
 }
 
 impl Ask<'_> {
@@ -258,6 +261,16 @@ impl Ask<'_> {
             Ask::Address(side, _, link, addr, add) => g.address(side, link, addr, add),
             Ask::Route(side, _, dev, dst, table, add) => g.route(side, dev, dst, table, add),
             Ask::Sysctl(side, _, key, write) => g.sysctl(side, key, write),
+            Ask::Shape(side, _, n) => g.shape(side, n),
+            Ask::CreateIfb(side, n) => {
+                g.create(side, n)?;
+                match side {
+                    Side::Node => Ok(Basis::Granted),
+                    Side::Container => Err(format!(
+                        "ifb {n:?}: ifbs are made in the node namespace only"
+                    )),
+                }
+            }
         }
     }
 
@@ -269,7 +282,8 @@ impl Ask<'_> {
             | Ask::Delete(side, ns, _)
             | Ask::Address(side, ns, ..)
             | Ask::Route(side, ns, ..)
-            | Ask::Sysctl(side, ns, ..) => Some((side, ns)),
+            | Ask::Sysctl(side, ns, ..)
+            | Ask::Shape(side, ns, _) => Some((side, ns)),
             _ => None,
         }
     }
@@ -852,6 +866,85 @@ impl HostNetns for Ctx {
             });
             Ok(((), undo.into_iter().collect()))
         })
+    }
+
+    fn create_ifb(&mut self, ns: Resource<NetnsHandle>, name: String, mtu: Option<u32>) -> R<Link> {
+        let (side, id) = self.handle(&ns)?;
+        let out = self.act(&[Ask::CreateIfb(side, &name)], |net, _| {
+            Ok((net.create_ifb(id, &name, mtu)?, Vec::new()))
+        })?;
+        if let Ok(link) = &out {
+            self.record_created(side, link);
+        }
+        Ok(out.map(link_to_wit))
+    }
+
+    fn limit_rate(
+        &mut self,
+        ns: Resource<NetnsHandle>,
+        link: String,
+        limit: WitRateLimit,
+    ) -> R<()> {
+        let (side, id) = self.handle(&ns)?;
+        let limit = RateLimit {
+            rate: limit.rate,
+            burst: limit.burst,
+        };
+        self.act(&[Ask::Shape(side, id, &link)], |net, _| {
+            Ok((net.set_rate_limit(id, &link, &limit)?, Vec::new()))
+        })
+    }
+
+    fn has_rate_limit(
+        &mut self,
+        ns: Resource<NetnsHandle>,
+        link: String,
+        limit: WitRateLimit,
+    ) -> R<bool> {
+        let (_, id) = self.handle(&ns)?;
+        let limit = RateLimit {
+            rate: limit.rate,
+            burst: limit.burst,
+        };
+        self.act(&[Ask::Read], |net, _| {
+            let want = limit.tbf(net.ticks_per_us())?;
+            let root = net
+                .qdiscs(id, &link)?
+                .into_iter()
+                .find(|q| q.parent == net::TC_H_ROOT);
+            Ok((
+                root.is_some_and(|q| q.kind == "tbf" && q.tbf == Some(want)),
+                Vec::new(),
+            ))
+        })
+    }
+
+    fn redirect_ingress(&mut self, ns: Resource<NetnsHandle>, link: String, to: String) -> R<()> {
+        let (side, id) = self.handle(&ns)?;
+        self.act(
+            &[Ask::Shape(side, id, &link), Ask::Shape(side, id, &to)],
+            |net, _| Ok((net.redirect_ingress(id, &link, &to)?, Vec::new())),
+        )
+    }
+
+    fn list_qdiscs(&mut self, ns: Resource<NetnsHandle>, link: String) -> R<Vec<WitQdisc>> {
+        let (_, id) = self.handle(&ns)?;
+        Ok(self
+            .act(&[Ask::Read], |net, _| {
+                Ok((net.qdiscs(id, &link)?, Vec::new()))
+            })?
+            .map(|qs| {
+                qs.into_iter()
+                    .map(|q| WitQdisc {
+                        kind: q.kind,
+                        handle: q.handle,
+                        parent: q.parent,
+                        tbf_rate: q.tbf.map(|t| t.rate),
+                        tbf_buffer: q.tbf.map(|t| t.buffer),
+                        tbf_limit: q.tbf.map(|t| t.limit),
+                    })
+                    .collect()
+            }))
     }
 
     fn drop(&mut self, ns: Resource<NetnsHandle>) -> wasmtime::Result<()> {

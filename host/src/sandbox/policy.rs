@@ -397,6 +397,20 @@ impl Grants {
         }
     }
 
+    /// May the plugin shape `name` (qdiscs, filters)? Only a link the
+    /// attachment created: its qdiscs then go with it, and no one else's
+    /// traffic is shaped.
+    pub fn shape(&self, side: Side, name: &str) -> Verdict<Basis> {
+        self.may_write(&format!("shaping link {name:?}"))?;
+        match self.created(side).get(name) {
+            Some(id) => Ok(Basis::Created(name.to_string(), id.clone())),
+            None => Err(format!(
+                "may not shape {name:?} in the {} namespace: not created for this attachment",
+                side.as_str()
+            )),
+        }
+    }
+
     /// May the plugin add, check or remove `rule`?
     pub fn filter(&self, rule: &Rule, op: FilterOp) -> Verdict<FilterNeed> {
         match (op, self.command) {
@@ -539,6 +553,20 @@ mod tests {
                 ]}}"#,
             ),
         }
+    }
+
+    #[test]
+    fn only_links_the_attachment_created_are_shaped() {
+        let g = grants(Command::Add);
+        assert_eq!(
+            g.shape(Side::Node, "veth0123abcd"),
+            Ok(Basis::Created("veth0123abcd".into(), id(7)))
+        );
+        assert!(g.shape(Side::Node, "cni0").is_err());
+        assert!(g.shape(Side::Container, "eth0").is_err());
+        assert!(grants(Command::Check)
+            .shape(Side::Node, "veth0123abcd")
+            .is_err());
     }
 
     #[test]

@@ -137,7 +137,7 @@ pub fn test(root: &Path) -> Result<()> {
         &["test", "--release", "--locked", "--workspace"],
         &[(under_test.0, &under_test.1)],
     )?;
-    // The same chain, policy, IPAM, conformance and filtering tests again,
+    // The same chain, policy, IPAM, conformance, filtering and shaping tests again,
     // every call served by a daemon in the node namespace (the other front
     // door).
     let (p, f) = cargo_test(
@@ -158,6 +158,8 @@ pub fn test(root: &Path) -> Result<()> {
             "conformance",
             "--test",
             "filtering",
+            "--test",
+            "shaping",
         ],
         &[("WASM_CNI_TEST_DAEMON", "1"), (under_test.0, &under_test.1)],
     )?;

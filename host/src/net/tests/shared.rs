@@ -8,8 +8,8 @@
 use std::net::IpAddr;
 
 use crate::net::{
-    IpNet, LinkChange, LinkInfo, MacvlanMode, Net, NetError, NsId, Route, RT_SCOPE_LINK,
-    RT_SCOPE_UNIVERSE,
+    IpNet, LinkChange, LinkInfo, MacvlanMode, Net, NetError, NsId, RateLimit, Route,
+    INGRESS_HANDLE, RT_SCOPE_LINK, RT_SCOPE_UNIVERSE, TBF_HANDLE, TC_H_INGRESS, TC_H_ROOT,
 };
 
 use super::support::{memory_env, require_root, KernelEnv};
@@ -63,6 +63,7 @@ both_backends!(
     link_down_drops_routes,
     delete_link_drops_addresses_and_routes,
     sysctls,
+    traffic_control,
 );
 
 fn cidr(s: &str) -> IpNet {
@@ -1237,4 +1238,94 @@ pub fn sysctls(net: &mut dyn Net, a: NsId, b: NsId) {
         assert!(is_invalid(net.sysctl_get(a, bad)), "{bad:?}");
         assert!(is_invalid(net.sysctl_set(a, bad, "1")), "{bad:?}");
     }
+}
+
+pub fn traffic_control(net: &mut dyn Net, a: NsId, b: NsId) {
+    running_veth(net, a, "wv0", b, "wv1");
+    let ifb = net.create_ifb(a, "wifb0", Some(1400)).unwrap();
+    assert_eq!((ifb.kind.as_str(), ifb.mtu, ifb.up), ("ifb", 1400, true));
+    assert!(matches!(
+        net.create_ifb(a, "wifb0", None),
+        Err(NetError::Exists(_))
+    ));
+    let tbfs = |net: &mut dyn Net| -> Vec<_> {
+        net.qdiscs(a, "wv0")
+            .unwrap()
+            .into_iter()
+            .filter(|q| q.kind == "tbf")
+            .collect()
+    };
+    let slow = RateLimit {
+        rate: 8_000_000,
+        burst: 80_000,
+    };
+    net.set_rate_limit(a, "wv0", &slow).unwrap();
+    let t = tbfs(net);
+    assert_eq!(t.len(), 1, "{t:?}");
+    assert_eq!((t[0].handle, t[0].parent), (TBF_HANDLE, TC_H_ROOT));
+    assert_eq!(t[0].tbf, Some(slow.tbf(net.ticks_per_us()).unwrap()));
+    // Setting it again replaces it.
+    let fast = RateLimit {
+        rate: 100_000_000,
+        burst: 1_000_000,
+    };
+    net.set_rate_limit(a, "wv0", &fast).unwrap();
+    let t = tbfs(net);
+    assert_eq!(t.len(), 1);
+    assert_eq!(t[0].tbf, Some(fast.tbf(net.ticks_per_us()).unwrap()));
+    for bad in [
+        RateLimit { rate: 0, burst: 1 },
+        RateLimit {
+            rate: 1000,
+            burst: 0,
+        },
+        RateLimit {
+            rate: 1000,
+            burst: 8 << 32,
+        },
+    ] {
+        assert!(
+            matches!(
+                net.set_rate_limit(a, "wv0", &bad),
+                Err(NetError::Invalid(_))
+            ),
+            "{bad:?}"
+        );
+    }
+    assert!(matches!(
+        net.set_rate_limit(a, "nope0", &slow),
+        Err(NetError::NotFound(_))
+    ));
+    net.redirect_ingress(a, "wv0", "wifb0").unwrap();
+    let q = net.qdiscs(a, "wv0").unwrap();
+    assert!(
+        q.iter()
+            .any(|q| q.kind == "ingress" && q.handle == INGRESS_HANDLE && q.parent == TC_H_INGRESS),
+        "{q:?}"
+    );
+    assert!(matches!(
+        net.redirect_ingress(a, "wv0", "wifb0"),
+        Err(NetError::Exists(_))
+    ));
+    assert!(matches!(
+        net.redirect_ingress(a, "wv1", "wifb0"),
+        Err(NetError::NotFound(_))
+    ));
+    net.delete_link(a, "wv0").unwrap();
+    assert!(matches!(net.qdiscs(a, "wv0"), Err(NetError::NotFound(_))));
+    net.delete_link(a, "wifb0").unwrap();
+}
+
+#[test]
+fn reference_tbf_parameters() {
+    // The bandwidth plugin's numbers for 1 Mbit/s, 100 kbit burst, with
+    // 15.625 ticks per microsecond: 125000 B/s, 12500 B bucket = 0.1 s =
+    // 1562500 ticks, limit 25 ms * 125000 + 12500 = 15625 B.
+    let t = RateLimit {
+        rate: 1_000_000,
+        burst: 100_000,
+    }
+    .tbf(15.625)
+    .unwrap();
+    assert_eq!((t.rate, t.buffer, t.limit), (125_000, 1_562_500, 15_625));
 }
