@@ -9,13 +9,19 @@ use crate::{fail, Context, Result};
 
 /// What the integration tests and the demo run besides the build.
 /// nftables and iptables: the tests read the node's rulesets with them, and
-/// the reference plugins' iptables rules need the latter.
+/// the reference plugins' iptables rules need the latter. podman, runc and
+/// busybox-static: the podman test runs a real runtime on a wasm-cni
+/// network; curl probes it.
 pub const TEST_PACKAGES: &[&str] = &[
     "iproute2",
     "iputils-ping",
     "containernetworking-plugins",
     "nftables",
     "iptables",
+    "podman",
+    "runc",
+    "busybox-static",
+    "curl",
 ];
 
 pub fn run(extra: &[&str]) -> Result<()> {
