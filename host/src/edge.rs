@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use crate::chain::{Attachment, Executor, StepReport};
 use crate::cni::{self, config, env, version, CniError, Command, ErrorCode};
 use crate::error::HostError;
-use crate::filter::KernelFilter;
+use crate::filter::{KernelFilter, SocketPool};
 use crate::log;
 use crate::net::KernelNet;
 use crate::sandbox::{Runtime, SharedEngine};
@@ -74,6 +74,9 @@ impl Outcome {
 pub struct Host {
     engine: Mutex<Option<Arc<SharedEngine>>>,
     runtimes: Mutex<HashMap<(PathBuf, PathBuf), Arc<Runtime>>>,
+    /// Netfilter sockets of finished calls, for the next ones: closing one
+    /// right after a commit waits out an RCU grace period.
+    filter_sockets: Arc<SocketPool>,
 }
 
 impl Host {
@@ -229,7 +232,7 @@ fn dispatch(
         store,
         Box::new(KernelNet::new()),
     )
-    .with_filter(Box::new(KernelFilter::new()))
+    .with_filter(Box::new(KernelFilter::pooled(host.filter_sockets.clone())))
     .with_cni_path(inv.path.clone());
     let att = Attachment {
         container_id: inv.container_id.clone(),

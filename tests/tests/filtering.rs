@@ -312,7 +312,8 @@ fn wasm(t: &Topo, command: &str, conf: &Value, id: &str) -> Output {
         .run_in(Some(&t.node.name), conf)
 }
 
-/// wasm-cni's tables as nft lists them (empty when there are none).
+/// The rules of wasm-cni's tables as nft lists them (its tables stay, empty,
+/// once made).
 fn wasm_tables(ns: &Netns) -> String {
     let all = ns.exec(&["nft", "list", "ruleset"]);
     let mut out = String::new();
@@ -321,7 +322,7 @@ fn wasm_tables(ns: &Netns) -> String {
         if line.starts_with("table ") {
             inside = line.contains("wasm_cni");
         }
-        if inside {
+        if inside && line.contains("comment \"wasm-cni ") {
             out.push_str(line);
             out.push('\n');
         }

@@ -244,7 +244,7 @@ fn podman_runs_its_default_network_sandboxed() {
         "allocations left: {views:#}"
     );
     let ruleset = pm.node.exec(&["nft", "list", "ruleset"]);
-    assert!(!ruleset.contains("wasm_cni"), "{ruleset}");
+    assert!(!ruleset.contains("comment \"wasm-cni"), "{ruleset}");
     let records = std::fs::read_dir(pm.dir.join("state/networks/wasmnet"))
         .map(|d| d.count())
         .unwrap_or(0);

@@ -103,16 +103,9 @@ impl Plugin for Firewall {
         Ok(prev.clone())
     }
 
-    /// The host removes the attachment's rules after the chain's DEL.
-    fn del<H: Host>(host: &H, req: &Request) -> Result<(), CniError> {
-        let (Ok(conf), Some(prev)) = (load(&req.config), req.prev_result.as_ref()) else {
-            return Ok(());
-        };
-        let rules = conf.rules(prev).unwrap_or_default();
-        if !rules.is_empty() {
-            host.filter_remove(&rules)
-                .map_err(|e| e.into_cni("could not remove firewall rules"))?;
-        }
+    /// Nothing to do: the host removes the attachment's rules, all in one
+    /// batch, once every plugin's DEL has succeeded.
+    fn del<H: Host>(_host: &H, _req: &Request) -> Result<(), CniError> {
         Ok(())
     }
 

@@ -227,20 +227,10 @@ impl Plugin for Portmap {
         Ok(prev.clone())
     }
 
-    /// The host removes the attachment's rules after the chain's DEL; this
-    /// removes them already when it can tell which they are.
-    fn del<H: Host>(host: &H, req: &Request) -> Result<(), CniError> {
-        let Ok(conf) = load(&req.config) else {
-            return Ok(());
-        };
-        let Some(prev) = req.prev_result.as_ref() else {
-            return Ok(());
-        };
-        let rules = conf.rules(prev, &req.ifname).unwrap_or_default();
-        if !rules.is_empty() {
-            host.filter_remove(&rules)
-                .map_err(|e| e.into_cni("could not unmap ports"))?;
-        }
+    /// Nothing to do: the host removes the attachment's rules, all in one
+    /// batch, once every plugin's DEL has succeeded (one commit instead of
+    /// one per plugin).
+    fn del<H: Host>(_host: &H, _req: &Request) -> Result<(), CniError> {
         Ok(())
     }
 

@@ -38,6 +38,9 @@ struct Args {
     /// per round) and for the chain (reference, wasm-cni per round).
     #[arg(long, default_value_t = 60)]
     rounds: usize,
+    /// Alternated rounds per step of the filtered chain (item 7).
+    #[arg(long, default_value_t = 30)]
+    filter_rounds: usize,
     /// Alternated repetitions per IPAM concurrency level.
     #[arg(long, default_value_t = 5)]
     ipam_reps: usize,
@@ -58,7 +61,7 @@ struct Args {
     #[arg(long, default_value_t = 300)]
     bury_ms: u64,
     /// Only these items (1 cycle, 2 chain, 3 floor, 4 components, 5 ipam,
-    /// 6 netavark); 3 runs with 1.
+    /// 6 netavark, 7 filtered chain); 3 runs with 1.
     #[arg(long, value_delimiter = ',')]
     only: Vec<u8>,
     /// podman's network backend, the peer of item 6.
@@ -326,6 +329,37 @@ fn run(args: &Args) -> io::Result<()> {
         }
     }
 
+    if want(args, 7) {
+        let order = [Side::Reference, Side::WasmCni, Side::Daemon];
+        for step in 0..scenarios::FILTERED_STEPS.len() {
+            eprintln!(
+                "bench: 7 filtered chain, {} ({} rounds)",
+                scenarios::FILTERED_STEPS[step],
+                args.filter_rounds
+            );
+            let mut runs: [Vec<Run>; 3] = Default::default();
+            for round in 0..args.filter_rounds {
+                if round % bury_every == 0 {
+                    bury();
+                }
+                for side in rotation(&order, round) {
+                    let r = scenarios::filtered_once(&progs, &work, side, step, d)?;
+                    let i = order.iter().position(|s| *s == side).unwrap_or(0);
+                    runs[i].push(r);
+                    std::thread::sleep(settle);
+                }
+            }
+            let rss = if step + 1 == scenarios::FILTERED_STEPS.len() {
+                Some(rss_pass(&order, |side| {
+                    scenarios::filtered_once(&progs, &work, side, step, d)
+                })?)
+            } else {
+                None
+            };
+            report.filtered.push((runs, rss));
+        }
+    }
+
     drop(daemon);
     bury();
     let text = report.render(&machine, args, started.elapsed());
@@ -418,6 +452,9 @@ struct Report {
     ipam: Vec<(usize, [Vec<ipam::Throughput>; 3])>,
     /// netavark, wasm-cni, daemon.
     netavark: Option<[Vec<Run>; 3]>,
+    /// Item 7 per step: reference, wasm-cni, daemon, and the RSS pass of
+    /// the last step.
+    filtered: Vec<([Vec<Run>; 3], Option<[Vec<Run>; 3]>)>,
     /// The RSS passes of items 1, 2 and 6 (same sides, same order).
     cycle_rss: Option<[Vec<Run>; 4]>,
     chain_rss: Option<[Vec<Run>; 3]>,
@@ -637,6 +674,108 @@ impl Report {
                 target: "(no target)".into(),
                 met: true,
             });
+        }
+
+        if !self.filtered.is_empty() {
+            let rounds = self.filtered.first().map_or(0, |(r, _)| r[0].len());
+            let _ = writeln!(
+                body,
+                "\n## 7. podman's default network, step by step: ipMasq, portmap, firewall, tuning\n\n\
+                 bridge + host-local, then with `ipMasq` (and hairpin), then + portmap (one mapping, \
+                 `portMappings` capability), + firewall, + tuning: the conflist podman writes. {rounds} \
+                 alternated rounds per step, fresh namespaces each. Reference: the Debian plugins \
+                 (iptables-nft); wasm-cni: one process per verb, the rules as host nftables batches; \
+                 daemon: the warm daemon. Median (p25–p75) ADD and DEL wall per step, and what each \
+                 step adds to the ADD (difference of medians).\n"
+            );
+            let _ = writeln!(
+                body,
+                "| chain | ADD ref, ms | ADD wasm-cni, ms | ADD daemon, ms | DEL ref, ms | DEL wasm-cni, ms | DEL daemon, ms | ADD added: ref / wasm-cni / daemon, ms |\n|---|---|---|---|---|---|---|---|"
+            );
+            let med = |runs: &[Run], f: fn(&Run) -> f64| summarize(&column(runs, f)).median;
+            let mut before: Option<[f64; 3]> = None;
+            for (i, (runs, _)) in self.filtered.iter().enumerate() {
+                let [r, w, dm] = runs;
+                let now = [
+                    med(r, Run::add_wall_ms),
+                    med(w, Run::add_wall_ms),
+                    med(dm, Run::add_wall_ms),
+                ];
+                let added = match before {
+                    Some(b) => format!(
+                        "{} / {} / {}",
+                        num(now[0] - b[0]),
+                        num(now[1] - b[1]),
+                        num(now[2] - b[2])
+                    ),
+                    None => String::new(),
+                };
+                let _ = writeln!(
+                    body,
+                    "| {} | {} | {} | {} | {} | {} | {} | {added} |",
+                    scenarios::FILTERED_STEPS[i],
+                    cell(&summarize(&column(r, Run::add_wall_ms))),
+                    cell(&summarize(&column(w, Run::add_wall_ms))),
+                    cell(&summarize(&column(dm, Run::add_wall_ms))),
+                    cell(&summarize(&column(r, Run::del_wall_ms))),
+                    cell(&summarize(&column(w, Run::del_wall_ms))),
+                    cell(&summarize(&column(dm, Run::del_wall_ms))),
+                );
+                before = Some(now);
+            }
+            if let Some((full, Some(rss))) = self.filtered.last() {
+                let _ = writeln!(
+                    body,
+                    "\nThe whole chain:\n\n| metric | reference | wasm-cni | daemon | wasm-cni ÷ reference | daemon ÷ reference |\n|---|---|---|---|---|---|"
+                );
+                let rss = Some(rss.clone());
+                for (name, f_) in metrics {
+                    let [r, w, dm] = pick(name, full, &rss);
+                    let (a, b, c) = (column(r, f_), column(w, f_), column(dm, f_));
+                    let _ = writeln!(
+                        body,
+                        "| {name} | {} | {} | {} | {} | {} |",
+                        cell(&summarize(&a)),
+                        cell(&summarize(&b)),
+                        cell(&summarize(&c)),
+                        ratio_cell(&paired_ratio(&a, &b)),
+                        ratio_cell(&paired_ratio(&a, &c)),
+                    );
+                }
+                let [r, w, dm] = full;
+                let (a, b, c) = (
+                    column(r, Run::cpu_ms),
+                    column(w, Run::cpu_ms),
+                    column(dm, Run::cpu_ms),
+                );
+                let _ = writeln!(
+                    body,
+                    "| CPU per chain ADD+DEL, ms | {} | {} | {} | {} | {} |",
+                    cell(&summarize(&a)),
+                    cell(&summarize(&b)),
+                    cell(&summarize(&c)),
+                    ratio_cell(&paired_ratio(&a, &b)),
+                    ratio_cell(&paired_ratio(&a, &c)),
+                );
+            }
+            // ipMasq + portmap: steps 1 and 2 over step 0.
+            if let (Some((base, _)), Some((pm, _))) = (self.filtered.first(), self.filtered.get(2))
+            {
+                let cost = med(&pm[1], Run::add_wall_ms) - med(&base[1], Run::add_wall_ms);
+                heads.push(Headline {
+                    what: "ipMasq + portmap added to the chain ADD, wasm-cni".into(),
+                    value: format!("{} ms", num(cost)),
+                    target: "≤ 1 ms".into(),
+                    met: cost <= 1.0,
+                });
+                let ref_cost = med(&pm[0], Run::add_wall_ms) - med(&base[0], Run::add_wall_ms);
+                heads.push(Headline {
+                    what: "ipMasq + portmap added to the chain ADD, reference".into(),
+                    value: format!("{} ms", num(ref_cost)),
+                    target: "(peer)".into(),
+                    met: true,
+                });
+            }
         }
 
         if let Some(nv) = &self.netavark {

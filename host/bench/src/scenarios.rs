@@ -129,9 +129,44 @@ fn chain_entries(state: &Path) -> Vec<Value> {
     ]
 }
 
+/// The filtered chains of item 7, step by step towards podman's default
+/// network: bridge + host-local; with ipMasq; + portmap (one mapping);
+/// + firewall; + tuning.
+pub const FILTERED_STEPS: [&str; 5] = [
+    "bridge + host-local",
+    "+ ipMasq",
+    "+ portmap",
+    "+ firewall",
+    "+ tuning",
+];
+
+fn filtered_entries(state: &Path, step: usize) -> Vec<Value> {
+    let mut bridge = bridge_entry(state);
+    if step >= 1 {
+        bridge["ipMasq"] = json!(true);
+        bridge["hairpinMode"] = json!(true);
+    }
+    let mut out = vec![bridge];
+    if step >= 2 {
+        out.push(json!({"type": "portmap", "capabilities": {"portMappings": true}}));
+    }
+    if step >= 3 {
+        out.push(json!({"type": "firewall"}));
+    }
+    if step >= 4 {
+        out.push(json!({"type": "tuning"}));
+    }
+    out
+}
+
+/// What the runtime passes to plugins with the `portMappings` capability.
+fn port_mappings() -> Value {
+    json!([{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}])
+}
+
 /// The wasm-cni network config for a chain.
 pub fn wasm_conf(progs: &Programs, state: &Path, chain: &[Value]) -> Value {
-    json!({
+    let mut c = json!({
         "cniVersion": CNI_VERSION,
         "name": NETWORK,
         "type": "wasm-cni",
@@ -139,7 +174,12 @@ pub fn wasm_conf(progs: &Programs, state: &Path, chain: &[Value]) -> Value {
         "stateDir": state.join("wasm-cni"),
         "cacheDir": progs.cache,
         "chain": chain,
-    })
+    });
+    if chain.iter().any(|e| e.get("capabilities").is_some()) {
+        c["capabilities"] = json!({"portMappings": true});
+        c["runtimeConfig"] = json!({"portMappings": port_mappings()});
+    }
+    c
 }
 
 /// A chain entry as libcni hands it to a plugin.
@@ -147,6 +187,9 @@ fn plugin_conf(entry: &Value, prev: Option<&Value>) -> Value {
     let mut c = entry.clone();
     c["name"] = json!(NETWORK);
     c["cniVersion"] = json!(CNI_VERSION);
+    if entry.get("capabilities").is_some() {
+        c["runtimeConfig"] = json!({"portMappings": port_mappings()});
+    }
     if let Some(p) = prev {
         c["prevResult"] = p.clone();
     }
@@ -218,13 +261,38 @@ pub fn run_once(
     chain: bool,
     daemon: Option<&DaemonSide>,
 ) -> io::Result<Run> {
+    run_entries(progs, work, side, daemon, |state| {
+        if chain {
+            chain_entries(state)
+        } else {
+            vec![bridge_entry(state)]
+        }
+    })
+}
+
+/// Item 7: step `step` of [`FILTERED_STEPS`].
+pub fn filtered_once(
+    progs: &Programs,
+    work: &WorkDir,
+    side: Side,
+    step: usize,
+    daemon: Option<&DaemonSide>,
+) -> io::Result<Run> {
+    run_entries(progs, work, side, daemon, |state| {
+        filtered_entries(state, step)
+    })
+}
+
+fn run_entries(
+    progs: &Programs,
+    work: &WorkDir,
+    side: Side,
+    daemon: Option<&DaemonSide>,
+    make: impl FnOnce(&Path) -> Vec<Value>,
+) -> io::Result<Run> {
     crate::proc::check_interrupted()?;
     let state = work.run_dir(side.tag())?;
-    let mut entries = if chain {
-        chain_entries(&state)
-    } else {
-        vec![bridge_entry(&state)]
-    };
+    let mut entries = make(&state);
     let bridge = match side {
         Side::Daemon => Some(own_bridge(&mut entries)),
         _ => None,

@@ -15,13 +15,19 @@
 //! ```
 //!
 //! Each change is one netlink batch, which the kernel applies all or
-//! nothing. Tables and chains are created (idempotently) in the batch that
-//! first needs them; a table whose last rule goes is deleted. Steps that
-//! depend on what the ruleset holds (a port already mapped, the last rule
-//! of a table) read it first and send the batch with the generation they
-//! read: if another process changed the ruleset in between, the kernel
-//! refuses the batch and the step reads again. So concurrent plugin hosts
-//! need no lock between them.
+//! nothing. A table and its chains are created together, in the batch that
+//! first needs them, and then stay: deleting a table unregisters its hooks,
+//! which costs the kernel an RCU grace period per DEL, while empty base
+//! chains cost a packet nothing measurable. A port map depends on what
+//! others hold: it reads the ruleset first and sends its batch with the
+//! generation it read, so that if another process changed the ruleset in
+//! between the kernel refuses the batch and the step reads again. So
+//! concurrent plugin hosts need no lock between them.
+//!
+//! Closing a netfilter socket waits for the kernel to free the transactions
+//! of recent commits (an RCU grace period, several milliseconds): the
+//! daemon keeps its sockets in a [`SocketPool`] instead of closing one per
+//! request.
 
 mod nfnl;
 
@@ -30,6 +36,7 @@ use std::fs::File;
 use std::net::IpAddr;
 use std::os::fd::AsFd;
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 use self::nfnl::{
     Expr, Hook, Msg, NfError, NfSocket, RuleInfo, ERESTART, NFPROTO_BRIDGE, NFPROTO_INET,
@@ -394,15 +401,47 @@ fn complete(have: &HashMap<String, usize>, tag: &Tag, rule: &Rule) -> bool {
     have.get(&tag.comment(rule)).copied().unwrap_or(0) >= compile(rule).len()
 }
 
+/// Netfilter sockets kept open for reuse (by a daemon, in its namespace).
+#[derive(Default)]
+pub struct SocketPool {
+    idle: Mutex<Vec<NfSocket>>,
+}
+
+/// Sockets a pool keeps; more are closed when returned.
+const POOL_MAX: usize = 32;
+
+impl SocketPool {
+    pub fn new() -> Arc<Self> {
+        Arc::default()
+    }
+}
+
 /// nf_tables in one network namespace: the node's. The socket is opened on
 /// first use, so a chain without filter rules never opens one.
 pub struct KernelFilter {
     sock: Option<NfSocket>,
+    pool: Option<Arc<SocketPool>>,
+    /// Families whose table (with all its chains) this filter made or added
+    /// to: later batches leave out creating them (and put it back if the
+    /// table is gone after all).
+    tables: HashSet<u8>,
 }
 
 impl Default for KernelFilter {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+impl Drop for KernelFilter {
+    fn drop(&mut self) {
+        if let (Some(sock), Some(pool)) = (self.sock.take(), &self.pool) {
+            if let Ok(mut idle) = pool.idle.lock() {
+                if idle.len() < POOL_MAX {
+                    idle.push(sock);
+                }
+            }
+        }
     }
 }
 
@@ -413,10 +452,28 @@ fn kerr(what: &str) -> impl FnOnce(NfError) -> FilterError + '_ {
 impl KernelFilter {
     /// The namespace of the thread that first uses it.
     pub fn new() -> Self {
-        KernelFilter { sock: None }
+        KernelFilter {
+            sock: None,
+            pool: None,
+            tables: HashSet::new(),
+        }
+    }
+
+    /// Taking its socket from `pool` and giving it back when dropped.
+    pub fn pooled(pool: Arc<SocketPool>) -> Self {
+        KernelFilter {
+            sock: None,
+            pool: Some(pool),
+            tables: HashSet::new(),
+        }
     }
 
     fn sock(&mut self) -> Result<&mut NfSocket, FilterError> {
+        if self.sock.is_none() {
+            if let Some(pool) = &self.pool {
+                self.sock = pool.idle.lock().ok().and_then(|mut idle| idle.pop());
+            }
+        }
         if self.sock.is_none() {
             let sock = NfSocket::new().map_err(|e| {
                 FilterError::kernel(
@@ -446,13 +503,20 @@ impl KernelFilter {
                 format!("netfilter socket in {}: {e}", path.display()),
             )
         })?;
-        Ok(KernelFilter { sock: Some(sock) })
+        Ok(KernelFilter {
+            sock: Some(sock),
+            pool: None,
+            tables: HashSet::new(),
+        })
     }
 
+    /// The rules of wasm-cni's table in `family` (none if it has no table).
     fn rules_of(&mut self, family: u8) -> Result<Vec<RuleInfo>, FilterError> {
-        self.sock()?
+        let rules = self
+            .sock()?
             .rules(family, TABLE)
-            .map_err(kerr("listing wasm-cni's rules"))
+            .map_err(kerr("listing wasm-cni's rules"))?;
+        Ok(rules.unwrap_or_default())
     }
 
     /// Delete the rules `doomed` picks, and a table left without rules;
@@ -474,10 +538,6 @@ impl KernelFilter {
         doomed: &impl Fn(&Owned, &str) -> bool,
     ) -> Result<usize, FilterError> {
         for _ in 0..ATTEMPTS {
-            let gen = self
-                .sock()?
-                .generation()
-                .map_err(kerr("reading the ruleset generation"))?;
             let rules = self.rules_of(family)?;
             let mut msgs: Vec<Msg> = Vec::new();
             let mut comments: HashSet<&str> = HashSet::new();
@@ -494,24 +554,15 @@ impl KernelFilter {
             if msgs.is_empty() {
                 return Ok(0);
             }
-            let outcome = if msgs.len() < BATCH_MAX {
-                if msgs.len() == rules.len() {
-                    msgs.push(nfnl::del_table(family, TABLE));
-                }
-                self.sock()?.batch(&msgs, Some(gen))
-            } else {
-                // Too many for one batch (a GC after many pods went):
-                // delete in chunks, leaving an emptied table for the next
-                // removal to delete.
-                let sock = self.sock()?;
-                msgs.chunks(BATCH_MAX)
-                    .try_for_each(|chunk| sock.batch(chunk, None))
-            };
+            let sock = self.sock()?;
+            let outcome = msgs
+                .chunks(BATCH_MAX)
+                .try_for_each(|chunk| sock.batch(chunk, None));
             match outcome {
                 Ok(()) => return Ok(comments.len()),
-                // Another writer changed the ruleset (or removed one of
-                // these rules) since it was read: read it again.
-                Err(e) if e.errno == ERESTART || e.errno == libc::ENOENT => continue,
+                // One of these rules went meanwhile (an administrator's
+                // `nft delete`): read again.
+                Err(e) if e.errno == libc::ENOENT => continue,
                 Err(e) => return Err(kerr("removing rules")(e)),
             }
         }
@@ -561,7 +612,7 @@ impl Filter for KernelFilter {
                 return Ok(Vec::new());
             }
             let mut msgs = Vec::new();
-            for family in &needed {
+            for family in needed.iter().filter(|f| !self.tables.contains(f)) {
                 msgs.push(nfnl::new_table(*family, TABLE));
                 for c in CHAINS.iter().filter(|c| c.family == *family) {
                     msgs.push(nfnl::new_chain(*family, TABLE, c.name, c.hook));
@@ -574,8 +625,16 @@ impl Filter for KernelFilter {
                 }
             }
             match self.sock()?.batch(&msgs, gen) {
-                Ok(()) => return Ok(fresh.into_iter().cloned().collect()),
-                Err(e) if e.errno == ERESTART => continue,
+                Ok(()) => {
+                    self.tables.extend(needed.iter().copied());
+                    return Ok(fresh.into_iter().cloned().collect());
+                }
+                // Another writer came in between, or the table it read is
+                // gone (an administrator's `nft delete table`): again.
+                Err(e) if e.errno == ERESTART || e.errno == libc::ENOENT => {
+                    self.tables.clear();
+                    continue;
+                }
                 Err(e) => return Err(kerr("adding rules")(e)),
             }
         }

@@ -32,7 +32,7 @@ use sha2::{Digest, Sha256};
 
 use crate::net::{check_link_name, format_mac, IpNet};
 
-pub use kernel::KernelFilter;
+pub use kernel::{KernelFilter, SocketPool};
 #[cfg(any(test, feature = "fake"))]
 pub use memory::MemoryFilter;
 

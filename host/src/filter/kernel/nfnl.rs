@@ -19,7 +19,6 @@ const NFNL_MSG_BATCH_END: u16 = 0x11;
 const NFNL_BATCH_GENID: u16 = 1;
 
 const NFT_MSG_NEWTABLE: u16 = 0;
-const NFT_MSG_DELTABLE: u16 = 2;
 const NFT_MSG_NEWCHAIN: u16 = 3;
 const NFT_MSG_NEWRULE: u16 = 6;
 const NFT_MSG_GETRULE: u16 = 7;
@@ -275,17 +274,6 @@ pub fn new_table(family: u8, table: &str) -> Msg {
     }
 }
 
-pub fn del_table(family: u8, table: &str) -> Msg {
-    let mut a = Attrs::default();
-    a.str(NFTA_TABLE_NAME, table);
-    Msg {
-        kind: NFT_MSG_DELTABLE,
-        flags: 0,
-        family,
-        attrs: a.0,
-    }
-}
-
 /// Create the chain, or leave it as it is when it exists with this hook.
 pub fn new_chain(family: u8, table: &str, chain: &str, hook: Option<Hook>) -> Msg {
     let mut a = Attrs::default();
@@ -500,13 +488,14 @@ impl NfSocket {
         gen.ok_or_else(|| NfError::new(libc::EPROTO, "nf_tables: no generation in reply"))
     }
 
-    /// Every rule of `table` in `family` (none if the table is missing).
-    pub fn rules(&mut self, family: u8, table: &str) -> Result<Vec<RuleInfo>, NfError> {
+    /// Every rule of `table` in `family`; `None` when the kernel says there
+    /// is no such table (a dump may also answer a missing table with nothing).
+    pub fn rules(&mut self, family: u8, table: &str) -> Result<Option<Vec<RuleInfo>>, NfError> {
         let mut last = NfError::new(libc::EINTR, "nf_tables dump interrupted");
         for _ in 0..DUMP_ATTEMPTS {
             match self.dump_rules(family, table) {
-                Ok(r) => return Ok(r),
-                Err(e) if e.errno == libc::ENOENT => return Ok(Vec::new()),
+                Ok(r) => return Ok(Some(r)),
+                Err(e) if e.errno == libc::ENOENT => return Ok(None),
                 Err(e) if e.errno == libc::EINTR || e.errno == libc::ENOBUFS => last = e,
                 Err(e) => return Err(e),
             }
