@@ -454,12 +454,16 @@ struct Report {
     netavark: Option<[Vec<Run>; 3]>,
     /// Item 7 per step: reference, wasm-cni, daemon, and the RSS pass of
     /// the last step.
-    filtered: Vec<([Vec<Run>; 3], Option<[Vec<Run>; 3]>)>,
+    filtered: Vec<FilteredStep>,
     /// The RSS passes of items 1, 2 and 6 (same sides, same order).
     cycle_rss: Option<[Vec<Run>; 4]>,
     chain_rss: Option<[Vec<Run>; 3]>,
     netavark_rss: Option<[Vec<Run>; 3]>,
 }
+
+/// One step of item 7: reference, wasm-cni, daemon runs, and the RSS pass
+/// (last step only).
+type FilteredStep = ([Vec<Run>; 3], Option<[Vec<Run>; 3]>);
 
 /// Peak RSS is taken from the RSS pass (`proc::measure` says why).
 const RSS: &str = "peak RSS, MiB";
