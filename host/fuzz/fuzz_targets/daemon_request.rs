@@ -15,7 +15,10 @@ use wasm_cni::edge::{prepare, Prepared};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(resp) = Response::read(&mut &data[..]) {
-        assert_eq!(Response::read(&mut resp.encode().as_slice()).ok(), Some(resp));
+        assert_eq!(
+            Response::read(&mut resp.encode().as_slice()).ok(),
+            Some(resp)
+        );
     }
     let Ok(req) = Request::read(&mut &data[..]) else {
         return;

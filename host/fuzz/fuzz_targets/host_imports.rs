@@ -15,12 +15,15 @@
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
+use std::net::{IpAddr, Ipv4Addr};
 use wasm_cni::cni::Command;
-use wasm_cni::sandbox::harness::{Handle, Import, ImportHarness, RouteArgs};
-use std::net::Ipv4Addr;
+use wasm_cni::filter::{Proto, Rule};
+use wasm_cni::sandbox::harness::{
+    FilterRule, Handle, Import, ImportHarness, RouteArgs, PORT_MAPPINGS,
+};
 
 use wasm_cni::net::{IpNet, LinkId};
-use wasm_cni::sandbox::policy::{ConfigGrants, Grants, Side};
+use wasm_cni::sandbox::policy::{ConfigGrants, FilterNeed, FilterOp, Grants, PortGrant, Side};
 
 /// Link names: the scene's (see `sandbox::harness`), a few fresh ones, or
 /// anything.
@@ -237,6 +240,72 @@ enum Op {
     SetValue(StoreKey, Option<String>),
     ReadFile(String),
     Ipam(u8),
+    Filter(u8, Vec<FRule>),
+    CreateIfb(H, Name, Option<u32>),
+    LimitRate(H, Name, u64, u64),
+    RedirectIngress(H, Name, Name),
+    ListQdiscs(H, Name),
+}
+
+/// A filter rule: addresses from the scene's (the attachment's own is
+/// `10.1.0.5`, another attachment's `10.1.0.77`) or anything.
+#[derive(Arbitrary, Debug)]
+enum FRule {
+    Masquerade(Addr, Vec<Text>),
+    PortMap(u8, Option<Addr>, u16, Addr, u16),
+    /// One of the two granted mappings, to the given address.
+    Granted(bool, Addr),
+    Hairpin(Addr),
+    Forward(Addr),
+    Isolate(Name),
+    MacSpoof(Name, String),
+}
+
+#[derive(Arbitrary, Debug)]
+enum Addr {
+    Own,
+    Other,
+    Node,
+    Text(Text),
+}
+
+impl Addr {
+    fn get(&self) -> String {
+        match self {
+            Addr::Own => "10.1.0.5".into(),
+            Addr::Other => "10.1.0.77".into(),
+            Addr::Node => "192.168.9.1".into(),
+            Addr::Text(t) => t.get(),
+        }
+    }
+}
+
+impl FRule {
+    fn get(&self) -> FilterRule {
+        match self {
+            FRule::Masquerade(a, except) => {
+                FilterRule::Masquerade(a.get(), except.iter().map(Text::get).collect())
+            }
+            FRule::PortMap(protocol, host_ip, host_port, a, port) => FilterRule::PortMap {
+                protocol: *protocol,
+                host_ip: host_ip.as_ref().map(Addr::get),
+                host_port: *host_port,
+                address: a.get(),
+                port: *port,
+            },
+            FRule::Granted(udp, a) => FilterRule::PortMap {
+                protocol: u8::from(*udp),
+                host_ip: udp.then(|| "192.168.9.1".into()),
+                host_port: if *udp { 5353 } else { 8080 },
+                address: a.get(),
+                port: if *udp { 53 } else { 80 },
+            },
+            FRule::Hairpin(a) => FilterRule::Hairpin(a.get()),
+            FRule::Forward(a) => FilterRule::Forward(a.get()),
+            FRule::Isolate(b) => FilterRule::Isolate(b.get()),
+            FRule::MacSpoof(l, mac) => FilterRule::MacSpoof(l.get(), mac.clone()),
+        }
+    }
 }
 
 impl Op {
@@ -312,6 +381,13 @@ impl Op {
             Op::SetValue(k, v) => Import::SetValue(k.get(), v.clone()),
             Op::ReadFile(p) => Import::ReadConfigFile(p.clone()),
             Op::Ipam(o) => Import::Ipam(*o),
+            Op::Filter(op, rules) => Import::Filter(*op, rules.iter().map(FRule::get).collect()),
+            Op::CreateIfb(ns, n, mtu) => Import::CreateIfb(ns.get(), n.get(), *mtu),
+            Op::LimitRate(ns, n, rate, burst) => {
+                Import::LimitRate(ns.get(), n.get(), *rate, *burst)
+            }
+            Op::RedirectIngress(ns, n, to) => Import::RedirectIngress(ns.get(), n.get(), to.get()),
+            Op::ListQdiscs(ns, n) => Import::ListQdiscs(ns.get(), n.get()),
         }
     }
 }
@@ -331,6 +407,45 @@ struct PolicyCase {
     own: Vec<(u32, u8)>,
     route: (u32, u8, Option<u32>),
     dev: Name,
+    /// A filter rule to ask about, with the operation (add, check, remove).
+    rule: Option<(u8, PRule)>,
+}
+
+/// A rule as the policy sees it (already parsed).
+#[derive(Arbitrary, Debug)]
+enum PRule {
+    Masquerade(u32),
+    PortMap(bool, Option<u32>, u16, u32, u16),
+    Hairpin(u32),
+    Forward(u32),
+    Isolate(Name),
+    MacSpoof(Name, [u8; 6]),
+}
+
+impl PRule {
+    fn get(&self) -> Rule {
+        let ip = |a: u32| IpAddr::from(Ipv4Addr::from(a));
+        match self {
+            PRule::Masquerade(a) => Rule::Masquerade {
+                source: ip(*a),
+                except: Vec::new(),
+            },
+            PRule::PortMap(udp, host_ip, host_port, dst, dst_port) => Rule::PortMap {
+                proto: if *udp { Proto::Udp } else { Proto::Tcp },
+                host_ip: host_ip.map(ip),
+                host_port: *host_port,
+                dst: ip(*dst),
+                dst_port: *dst_port,
+            },
+            PRule::Hairpin(a) => Rule::HairpinMasquerade { dst: ip(*a) },
+            PRule::Forward(a) => Rule::AllowForward { addr: ip(*a) },
+            PRule::Isolate(b) => Rule::IsolateBridge { bridge: b.get() },
+            PRule::MacSpoof(l, mac) => Rule::MacSpoofCheck {
+                link: l.get(),
+                mac: *mac,
+            },
+        }
+    }
 }
 
 #[derive(Arbitrary, Debug)]
@@ -381,7 +496,11 @@ fn check_policy(c: &PolicyCase) {
         created_node: created(&c.created_node),
         created_container: created(&c.created_container),
         own_nets: c.own.iter().map(|&(a, p)| v4(a, p)).collect(),
+        ports: PortGrant::from_config(PORT_MAPPINGS),
     };
+    if let Some((op, rule)) = &c.rule {
+        check_filter_policy(&g, *op, &rule.get());
+    }
     // Writes only in ADD and DEL; a node route only inside the attachment's
     // networks and in the main table.
     let (dst, prefix, table) = c.route;
@@ -439,6 +558,57 @@ fn check_policy(c: &PolicyCase) {
             key == "net.ipv4.ip_forward" || key == "net.ipv6.conf.all.forwarding",
             "{key}"
         );
+    }
+}
+
+/// What the policy lets through for a filter rule: additions only in ADD,
+/// removals in ADD and DEL; addresses are the attachment's own; an added
+/// port map is a granted one; a node link is one the attachment created.
+fn check_filter_policy(g: &Grants, op: u8, rule: &Rule) {
+    let op = [FilterOp::Add, FilterOp::Check, FilterOp::Remove][op as usize % 3];
+    let Ok(need) = g.filter(rule, op) else {
+        return;
+    };
+    match op {
+        FilterOp::Add => assert_eq!(g.command, Command::Add),
+        FilterOp::Remove => assert!(matches!(g.command, Command::Add | Command::Del)),
+        FilterOp::Check => {}
+    }
+    let own = |a: &IpAddr| g.own_nets.iter().any(|n| n.addr == *a);
+    match rule {
+        Rule::Masquerade { source: a, .. }
+        | Rule::HairpinMasquerade { dst: a }
+        | Rule::AllowForward { addr: a } => assert!(own(a), "{rule}"),
+        Rule::PortMap {
+            proto,
+            host_ip,
+            host_port,
+            dst,
+            dst_port,
+        } => {
+            assert!(own(dst), "{rule}");
+            if op == FilterOp::Add {
+                assert!(
+                    g.ports.iter().any(|p| p.proto == *proto
+                        && p.host_ip == *host_ip
+                        && p.host_port == *host_port
+                        && p.container_port == *dst_port),
+                    "{rule}"
+                );
+            }
+        }
+        Rule::IsolateBridge { bridge } => {
+            assert_eq!(need, FilterNeed::PortOf(bridge.clone()), "{rule}")
+        }
+        Rule::MacSpoofCheck { link, .. } => match need {
+            FilterNeed::Created(name, id) => {
+                assert!(
+                    &name == link && g.created_node.get(link) == Some(&id),
+                    "{rule}"
+                )
+            }
+            other => panic!("{rule}: {other:?}"),
+        },
     }
 }
 

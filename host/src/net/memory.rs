@@ -354,6 +354,9 @@ impl MemoryNet {
         let Some(l) = self.link(at) else {
             return Err(not_found("link"));
         };
+        if l.info.kind == "ifb" {
+            return Ok(());
+        }
         let max = match l.info.kind.as_str() {
             "tun" => 65521,
             _ if at.1 == LO => 65536,
@@ -1089,15 +1092,10 @@ impl Net for MemoryNet {
 
     fn create_ifb(&mut self, ns: NsId, name: &str, mtu: Option<u32>) -> Result<LinkInfo, NetError> {
         self.name_free(ns, name)?;
-        let mut link = self.new_link(name, "ifb", 1500, None);
-        let i = self.insert(ns, link.clone())?;
-        if let Some(m) = mtu {
-            self.check_mtu((ns, i), m)?;
-        }
-        link.info.mtu = mtu.unwrap_or(1500);
-        if let Some(l) = self.link_mut((ns, i)) {
-            l.info.mtu = link.info.mtu;
-        }
+        // ifb has no MTU bounds (min_mtu = max_mtu = 0 in the kernel), and
+        // the MTU is part of the one creating message.
+        let link = self.new_link(name, "ifb", mtu.unwrap_or(1500), None);
+        let i = self.insert(ns, link)?;
         self.set_up((ns, i), true);
         self.info((ns, i))
     }

@@ -21,18 +21,25 @@ use std::sync::{Arc, Mutex};
 use wasmtime::component::Resource;
 
 use super::bindings::cni::plugin::files::Host as FilesHost;
+use super::bindings::cni::plugin::filter::{
+    Host as FilterHost, MacSpoofCheck as WitMacSpoof, Masquerade as WitMasquerade,
+    PortMap as WitPortMap, Protocol as WitProtocol, Rule as WitRule,
+};
 use super::bindings::cni::plugin::ipam::Host as IpamHost;
 use super::bindings::cni::plugin::log::{Host as LogHost, Level};
 use super::bindings::cni::plugin::network::{
-    Address, Host as NetworkHost, HostNetns, LinkSettings, MacvlanMode, RouteSpec,
+    Address, Host as NetworkHost, HostNetns, LinkSettings, MacvlanMode, RateLimit as WitRateLimit,
+    RouteSpec,
 };
 use super::bindings::cni::plugin::store::Host as StoreHost;
 use super::host_network::NetnsHandle;
 use super::limits::MemoryCap;
 use super::policy::ConfigGrants;
+use super::policy::PortGrant;
 use super::state::Ctx;
-use super::{CniResultWit, IpamOp, Ledger, NetAccess, Services, StoreAccess};
+use super::{CniResultWit, FilterAccess, IpamOp, Ledger, NetAccess, Services, StoreAccess};
 use crate::cni::{CniError, Command, ErrorCode};
+use crate::filter::{Filter, MemoryFilter, Owned, Proto, Rule, Tag};
 use crate::net::{IpNet, LinkInfo, MemoryNet, Net, NsId, NsRef, Route};
 use crate::store::{Entry, MemoryStore, Owner, Scope, ScopeData, StateStore};
 
@@ -63,6 +70,35 @@ const NODE_SYSCTLS: &[&str] = &[
     "net.ipv6.conf.default.disable_ipv6",
 ];
 const CONTAINER_SYSCTLS: &[&str] = &["net.ipv4.conf.eth9.rp_filter"];
+
+/// The port mappings the plugin's config grants; 9090 is another
+/// attachment's already (a clash, see `foreign_rules`).
+pub const PORT_MAPPINGS: &str = r#"{"runtimeConfig":{"portMappings":[
+    {"hostPort":8080,"containerPort":80,"protocol":"tcp"},
+    {"hostPort":9090,"containerPort":80,"protocol":"tcp"},
+    {"hostPort":5353,"containerPort":53,"protocol":"udp","hostIP":"192.168.9.1"}]}}"#;
+
+/// Another attachment's rules, there before the call: they must stay.
+fn foreign_rules() -> (Tag, Vec<Rule>) {
+    let other: std::net::IpAddr = std::net::Ipv4Addr::new(10, 1, 0, 77).into();
+    (
+        Tag::new(NETWORK, "other-cid", "eth0"),
+        vec![
+            Rule::Masquerade {
+                source: other,
+                except: Vec::new(),
+            },
+            Rule::PortMap {
+                proto: Proto::Tcp,
+                host_ip: None,
+                host_port: 9090,
+                dst: other,
+                dst_port: 80,
+            },
+            Rule::AllowForward { addr: other },
+        ],
+    )
+}
 
 /// A namespace handle argument: one the harness was given by
 /// `container-netns`/`node-netns` (by position, modulo how many), or a raw
@@ -147,6 +183,60 @@ pub enum Import {
     SetValue(String, Option<String>),
     ReadConfigFile(String),
     Ipam(u8),
+    /// `filter.add` (0), `check` (1) or `remove` (2).
+    Filter(u8, Vec<FilterRule>),
+    CreateIfb(Handle, String, Option<u32>),
+    LimitRate(Handle, String, u64, u64),
+    RedirectIngress(Handle, String, String),
+    ListQdiscs(Handle, String),
+}
+
+/// A `filter.rule`, its addresses as text.
+#[derive(Debug, Clone)]
+pub enum FilterRule {
+    Masquerade(String, Vec<String>),
+    PortMap {
+        protocol: u8,
+        host_ip: Option<String>,
+        host_port: u16,
+        address: String,
+        port: u16,
+    },
+    Hairpin(String),
+    Forward(String),
+    Isolate(String),
+    MacSpoof(String, String),
+}
+
+impl FilterRule {
+    fn to_wit(&self) -> WitRule {
+        match self.clone() {
+            FilterRule::Masquerade(source, except) => {
+                WitRule::Masquerade(WitMasquerade { source, except })
+            }
+            FilterRule::PortMap {
+                protocol,
+                host_ip,
+                host_port,
+                address,
+                port,
+            } => WitRule::PortMap(WitPortMap {
+                protocol: match protocol % 3 {
+                    0 => WitProtocol::Tcp,
+                    1 => WitProtocol::Udp,
+                    _ => WitProtocol::Sctp,
+                },
+                host_ip,
+                host_port,
+                address,
+                port,
+            }),
+            FilterRule::Hairpin(a) => WitRule::HairpinMasquerade(a),
+            FilterRule::Forward(a) => WitRule::AllowForward(a),
+            FilterRule::Isolate(b) => WitRule::IsolateBridge(b),
+            FilterRule::MacSpoof(link, mac) => WitRule::MacSpoofCheck(WitMacSpoof { link, mac }),
+        }
+    }
 }
 
 /// `route-spec` fields.
@@ -213,6 +303,7 @@ struct Protected {
 pub struct ImportHarness {
     ctx: Ctx,
     net: Arc<Mutex<Box<dyn Net>>>,
+    filter: Arc<Mutex<Box<dyn Filter>>>,
     store: Arc<MemoryStore>,
     ledger: Arc<Mutex<Ledger>>,
     node: NsId,
@@ -334,6 +425,12 @@ impl ImportHarness {
             own_nets: vec![OWN_ADDRESS.parse().map_err(e("own address"))?],
             ..Ledger::default()
         }));
+        let mut memory_filter = MemoryFilter::new();
+        let (other, rules) = foreign_rules();
+        memory_filter
+            .add(&other, &rules)
+            .map_err(|e| format!("seeding rules: {e}"))?;
+        let filter: Arc<Mutex<Box<dyn Filter>>> = Arc::new(Mutex::new(Box::new(memory_filter)));
         let services = HarnessServices {
             store: StoreAccess {
                 backend: store.clone(),
@@ -355,8 +452,12 @@ impl ImportHarness {
                 },
                 ledger: ledger.clone(),
                 on_created: None,
-                ports: Vec::new(),
-                filter: None,
+                ports: PortGrant::from_config(PORT_MAPPINGS),
+                filter: Some(FilterAccess {
+                    backend: filter.clone(),
+                    tag: Tag::new(NETWORK, &owner.container_id, &owner.ifname),
+                    holder: Arc::new(|_| None),
+                }),
             },
         };
         let mut ctx = Ctx::new(
@@ -370,6 +471,7 @@ impl ImportHarness {
         let mut h = ImportHarness {
             ctx,
             net,
+            filter,
             store,
             ledger,
             node,
@@ -619,6 +721,32 @@ impl ImportHarness {
                 3 => IpamHost::status(c).map(|r| format!("{r:?}")),
                 _ => IpamHost::gc(c).map(|r| format!("{r:?}")),
             },
+            Import::Filter(op, rules) => {
+                let rules: Vec<WitRule> = rules.iter().map(FilterRule::to_wit).collect();
+                let r = match op % 3 {
+                    0 => FilterHost::add(c, rules),
+                    1 => FilterHost::check(c, rules),
+                    _ => FilterHost::remove(c, rules),
+                };
+                r.map(|r| format!("{r:?}"))
+            }
+            Import::CreateIfb(ns, name, mtu) => {
+                let a = self.ns(ns);
+                HostNetns::create_ifb(&mut self.ctx, a, name, mtu).map(|r| format!("{r:?}"))
+            }
+            Import::LimitRate(ns, link, rate, burst) => {
+                let a = self.ns(ns);
+                HostNetns::limit_rate(&mut self.ctx, a, link, WitRateLimit { rate, burst })
+                    .map(|r| format!("{r:?}"))
+            }
+            Import::RedirectIngress(ns, link, to) => {
+                let a = self.ns(ns);
+                HostNetns::redirect_ingress(&mut self.ctx, a, link, to).map(|r| format!("{r:?}"))
+            }
+            Import::ListQdiscs(ns, link) => {
+                let a = self.ns(ns);
+                HostNetns::list_qdiscs(&mut self.ctx, a, link).map(|r| format!("{r:?}"))
+            }
         };
         out.map_err(|e| format!("{e:#}"))
     }
@@ -640,7 +768,7 @@ impl ImportHarness {
             .lock()
             .map(|c| c.clone())
             .map_err(|_| "poisoned".to_string())?;
-        let created = ledger.created;
+        let created = ledger.created.clone();
         let mut net = self.net.lock().map_err(|_| "poisoned".to_string())?;
         for (ns, foreign, mine, extra) in [
             (self.node, FOREIGN_NODE, &created.node, Some("cni0")),
@@ -658,6 +786,19 @@ impl ImportHarness {
                 }
             }
         }
+        // Foreign links keep their qdiscs: only the attachment's are shaped.
+        for (ns, names) in [
+            (self.node, FOREIGN_NODE),
+            (self.container, FOREIGN_CONTAINER),
+        ] {
+            for name in names {
+                let q = net.qdiscs(ns, name).map_err(|e| e.to_string())?;
+                if !q.is_empty() {
+                    return Err(format!("foreign link {name} got qdiscs {q:?}"));
+                }
+            }
+        }
+        self.check_filter(&ledger)?;
         // What the attachment put on node links stays inside its networks:
         // no address or route the node's own traffic could follow.
         let inside = |n: &IpNet| {
@@ -690,6 +831,57 @@ impl ImportHarness {
                         r.dst, l.name
                     ));
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// The filter half: the other attachment's rules are all there, and
+    /// every other rule is the attachment's, for its own address, its
+    /// configured ports and links it created.
+    fn check_filter(&self, ledger: &Ledger) -> Result<(), String> {
+        let mut filter = self.filter.lock().map_err(|_| "poisoned".to_string())?;
+        let (other, rules) = foreign_rules();
+        let present = filter.present(&other, &rules).map_err(|e| e.to_string())?;
+        if present.iter().any(|p| !p) {
+            return Err(format!("another attachment's rules went: {present:?}"));
+        }
+        let mine = Tag::new(NETWORK, &self.owner.container_id, &self.owner.ifname);
+        let own = OWN_ADDRESS.split('/').next().unwrap_or_default();
+        let grants = PortGrant::from_config(PORT_MAPPINGS);
+        for entry in filter.list().map_err(|e| e.to_string())? {
+            let Some(o) = Owned::parse(&entry.comment) else {
+                return Err(format!("a rule without an owner: {entry:?}"));
+            };
+            if o.tag == other {
+                continue;
+            }
+            if o.tag != mine {
+                return Err(format!("a rule of someone else: {entry:?}"));
+            }
+            let words: Vec<&str> = o.text.split(' ').collect();
+            let addr_of = |w: &str| {
+                let w = w.rsplit_once(':').map_or(w, |(a, _)| a);
+                w.trim_start_matches('[').trim_end_matches(']').to_string()
+            };
+            let ok = match words.as_slice() {
+                ["masq", src, ..] | ["hairpin", src] | ["forward", src] => *src == own,
+                ["dnat", _, _, dst] => {
+                    addr_of(dst) == own
+                        && o.claim().is_some_and(|c| {
+                            grants.iter().any(|g| {
+                                g.proto == c.proto
+                                    && g.host_port == c.port
+                                    && g.host_ip == c.host_ip
+                            })
+                        })
+                }
+                ["isolate", _] => !ledger.created.node.is_empty(),
+                ["macspoof", link, _] => ledger.created.node.contains_key(*link),
+                _ => false,
+            };
+            if !ok {
+                return Err(format!("rule {:?} is not the attachment's to make", o.text));
             }
         }
         Ok(())
@@ -832,6 +1024,102 @@ mod tests {
         let out = h.call(Import::SetValue("k0".into(), Some(big))).unwrap();
         assert_eq!(out, "Ok(())");
         h.finish(true).unwrap();
+    }
+
+    /// Rules and shaping for what is the attachment's pass; for another's
+    /// address, an ungranted port, a foreign link or a clash with another
+    /// attachment's port they are refused and change nothing.
+    #[test]
+    fn filter_and_shaping_stay_inside_the_attachment() {
+        let mut h = ImportHarness::new(Command::Add, 1_000).unwrap();
+        h.call(Import::ContainerNetns).unwrap();
+        h.call(Import::NodeNetns).unwrap();
+        let out = h.call(veth("eth0", "vethfz0")).unwrap();
+        assert!(out.starts_with("Ok("), "{out}");
+        let map = |host_port, address: &str, port| FilterRule::PortMap {
+            protocol: 0,
+            host_ip: None,
+            host_port,
+            address: address.into(),
+            port,
+        };
+        let own = "10.1.0.5";
+        for ok in [
+            Import::Filter(
+                0,
+                vec![FilterRule::Masquerade(
+                    own.into(),
+                    vec!["10.1.0.0/24".into()],
+                )],
+            ),
+            Import::Filter(0, vec![map(8080, own, 80), FilterRule::Forward(own.into())]),
+            Import::Filter(
+                0,
+                vec![FilterRule::MacSpoof(
+                    "vethfz0".into(),
+                    "02:00:00:00:00:05".into(),
+                )],
+            ),
+            Import::Filter(1, vec![FilterRule::Forward(own.into())]),
+            Import::LimitRate(Handle::Issued(1), "vethfz0".into(), 1_000_000, 100_000),
+        ] {
+            let out = h.call(ok.clone()).unwrap();
+            assert!(!out.contains("Err"), "{ok:?}: {out}");
+            h.check().unwrap();
+        }
+        for attack in [
+            // Another attachment's address, or the node's.
+            Import::Filter(0, vec![FilterRule::Masquerade("10.1.0.77".into(), vec![])]),
+            Import::Filter(0, vec![FilterRule::Forward("192.168.9.1".into())]),
+            Import::Filter(2, vec![FilterRule::Forward("10.1.0.77".into())]),
+            // A port the config does not map; one mapped to another port.
+            Import::Filter(0, vec![map(22, own, 22)]),
+            Import::Filter(0, vec![map(8080, own, 81)]),
+            // A node link the attachment did not create.
+            Import::Filter(
+                0,
+                vec![FilterRule::MacSpoof(
+                    "other0".into(),
+                    "02:00:00:00:00:05".into(),
+                )],
+            ),
+            Import::LimitRate(Handle::Issued(1), "other0".into(), 1_000, 1_000),
+            Import::RedirectIngress(Handle::Issued(1), "uplink".into(), "vethfz0".into()),
+            Import::CreateIfb(Handle::Issued(0), "ifbfz".into(), None),
+        ] {
+            let out = h.call(attack.clone()).unwrap();
+            assert!(out.contains("Refused("), "{attack:?}: {out}");
+            h.check().unwrap();
+        }
+        // The other attachment's 9090 is taken: a clash, not a takeover.
+        let mut h2 = ImportHarness::new(Command::Add, 100).unwrap();
+        let out = h2
+            .call(Import::Filter(0, vec![map(9090, own, 80)]))
+            .unwrap();
+        assert!(out.contains("PortTaken("), "{out}");
+        h2.check().unwrap();
+        h.finish(true).unwrap();
+    }
+
+    /// The checks fail when a rule is not the attachment's: the property
+    /// the fuzzer relies on holds for real.
+    #[test]
+    fn a_foreign_rule_fails_the_check() {
+        let h = ImportHarness::new(Command::Add, 100).unwrap();
+        let stranger = Tag::new(NETWORK, "stranger", "eth0");
+        let rule = Rule::AllowForward {
+            addr: "10.1.0.5".parse().unwrap(),
+        };
+        h.filter.lock().unwrap().add(&stranger, &[rule]).unwrap();
+        let why = h.check().unwrap_err();
+        assert!(why.contains("someone else"), "{why}");
+        let (other, rules) = foreign_rules();
+        let mut f = h.filter.lock().unwrap();
+        f.remove_all(&stranger).unwrap();
+        f.remove(&other, &rules[..1]).unwrap();
+        drop(f);
+        let why = h.check().unwrap_err();
+        assert!(why.contains("another attachment"), "{why}");
     }
 
     #[test]

@@ -1248,6 +1248,11 @@ pub fn traffic_control(net: &mut dyn Net, a: NsId, b: NsId) {
         net.create_ifb(a, "wifb0", None),
         Err(NetError::Exists(_))
     ));
+    // Found by the host_imports fuzzer (the model created the link, then
+    // refused the MTU): ifb has no MTU bounds.
+    let odd = net.create_ifb(a, "wifb1", Some(40)).unwrap();
+    assert_eq!(odd.mtu, 40);
+    net.delete_link(a, "wifb1").unwrap();
     let tbfs = |net: &mut dyn Net| -> Vec<_> {
         net.qdiscs(a, "wv0")
             .unwrap()
