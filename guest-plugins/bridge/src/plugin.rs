@@ -3,7 +3,7 @@
 use wasm_cni_sdk::check::{self, mac_matches};
 use wasm_cni_sdk::filter::Rule;
 use wasm_cni_sdk::iface::{self, configure_iface, try_sysctl, Notify};
-use wasm_cni_sdk::ip::{Family, IpNet};
+use wasm_cni_sdk::ip::{parse_cidr, Family, IpNet, IpNetExt};
 use wasm_cni_sdk::net::{iface_sysctl, Link, LinkSettings, NetError, Ops};
 use wasm_cni_sdk::plugin::{self, open_container, open_node, DelOrder};
 use wasm_cni_sdk::veth::setup_veth;
@@ -208,7 +208,7 @@ fn filter_rules(conf: &Conf, result: &CniResult) -> Result<Vec<Rule>, CniError> 
             let addr = iface::parse_address(ip)?;
             rules.push(Rule::Masquerade {
                 source: addr.addr().to_string(),
-                except: vec![addr.network().to_string()],
+                except: vec![addr.trunc().to_string()],
             });
         }
     }
@@ -284,9 +284,10 @@ fn calc_gateways(result: &mut CniResult, conf: &Conf) -> Result<Vec<IpNet>, CniE
 
         if conf.is_default_gw && !default_found.contains(&family) {
             let default = family.default_route();
-            let exists = result.routes.iter().any(|r| {
-                r.gw.is_some() && r.dst.parse::<IpNet>().is_ok_and(|d| d.network() == default)
-            });
+            let exists = result
+                .routes
+                .iter()
+                .any(|r| r.gw.is_some() && parse_cidr(&r.dst).is_ok_and(|d| d.trunc() == default));
             if !exists {
                 result.routes.push(Route {
                     dst: default.to_string(),
@@ -322,7 +323,7 @@ fn ensure_addr<N: Ops>(
         .list_addresses(bridge)
         .map_err(|e| e.into_cni("could not get list of IP addresses"))?;
     for text in existing {
-        let Ok(a) = text.parse::<IpNet>() else {
+        let Ok(a) = parse_cidr(&text) else {
             continue;
         };
         if a.family() != gw.family() {

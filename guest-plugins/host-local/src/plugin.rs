@@ -233,7 +233,7 @@ pub fn add<H: Host>(host: &H, req: &Request) -> Result<IpamResult, CniError> {
             .range_for(&ip)
             .map_err(|e| CniError::internal(format!("failed to allocate for range {idx}: {e}")))?;
         ips.push(IpConfig {
-            address: format!("{ip}/{}", range.subnet.prefix()),
+            address: format!("{ip}/{}", range.subnet.prefix_len()),
             gateway: Some(range.gateway.to_string()),
         });
     }

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use serde::Deserialize;
 
-use crate::ip::{self, canonical, to_u128, Family, IpNet};
+use crate::ip::{self, canonical, to_u128, Family, IpNet, IpNetExt};
 
 /// A range as configured.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -45,15 +45,15 @@ impl Range {
         let subnet_text = conf.subnet.as_deref().unwrap_or_default();
         let given = ip::parse_cidr(subnet_text)?;
         let family = given.family();
-        if given.prefix() > family.bits() - 2 {
+        if given.prefix_len() > family.bits() - 2 {
             return Err(format!("Network {given} too small to allocate from"));
         }
-        let subnet = given.network();
+        let subnet = given.trunc();
         let network = subnet.addr();
         if network != given.addr() {
             return Err(format!(
                 "Network has host bits set. For a subnet mask of length {} the network address is {network}",
-                given.prefix()
+                given.prefix_len()
             ));
         }
         let gateway = parse_opt(&conf.gateway)?.unwrap_or_else(|| ip::next(network));

@@ -1,7 +1,7 @@
 //! The loopback verbs, generic over the host.
 
 use wasm_cni_sdk::config::{self, NetConf};
-use wasm_cni_sdk::ip::{Family, IpNet};
+use wasm_cni_sdk::ip::{parse_cidr, Family, IpNetExt};
 use wasm_cni_sdk::net::{LinkSettings, Ops};
 use wasm_cni_sdk::plugin;
 use wasm_cni_sdk::{CniError, CniResult, Host, Interface, IpConfig, Plugin, Request};
@@ -22,9 +22,7 @@ impl Plugin for Loopback {
         let mut first_v4 = None;
         let mut first_v6 = None;
         for text in &addresses {
-            let addr: IpNet = text
-                .parse()
-                .map_err(|e| CniError::internal(format!("lo: {e}")))?;
+            let addr = parse_cidr(text).map_err(|e| CniError::internal(format!("lo: {e}")))?;
             if !addr.addr().is_loopback() {
                 return Err(CniError::internal(format!(
                     "loopback interface found with non-loopback address {:?}",

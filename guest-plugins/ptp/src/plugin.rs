@@ -5,7 +5,7 @@ use wasm_cni_sdk::check::{self, mac_matches};
 use wasm_cni_sdk::config::{self, NetConf};
 use wasm_cni_sdk::filter::Rule;
 use wasm_cni_sdk::iface::{self, configure_iface};
-use wasm_cni_sdk::ip::IpNet;
+use wasm_cni_sdk::ip::{host as ip_host, IpNet};
 use wasm_cni_sdk::net::{scope, Ops, RouteSpec};
 use wasm_cni_sdk::plugin::{self, open_container, DelOrder};
 use wasm_cni_sdk::veth::setup_veth;
@@ -65,7 +65,7 @@ fn masq_rules(conf: &Conf, result: &CniResult) -> Result<Vec<Rule>, CniError> {
             let addr = iface::parse_address(ip)?;
             Ok(Rule::Masquerade {
                 source: addr.addr().to_string(),
-                except: vec![addr.network().to_string()],
+                except: vec![addr.trunc().to_string()],
             })
         })
         .collect()
@@ -221,7 +221,7 @@ fn add_with_ip<N: Ops>(
     let ifname = req.ifname.as_str();
     configure_iface(cont, ifname, &result)?;
     for a in &addressing {
-        let subnet = a.addr.network().to_string();
+        let subnet = a.addr.trunc().to_string();
         cont.del_route(&RouteSpec {
             dst: subnet.clone(),
             dev: Some(ifname.to_string()),
@@ -231,7 +231,7 @@ fn add_with_ip<N: Ops>(
         let src = a.addr.addr().to_string();
         for route in [
             RouteSpec {
-                dst: IpNet::host(a.gw).to_string(),
+                dst: ip_host(a.gw).to_string(),
                 dev: Some(ifname.to_string()),
                 scope: Some(scope::LINK),
                 src: Some(src.clone()),
@@ -260,11 +260,11 @@ fn add_with_ip<N: Ops>(
     // the container's IP.
     let hv = pair.host.name.as_str();
     for a in &addressing {
-        let gw = IpNet::host(a.gw).to_string();
+        let gw = ip_host(a.gw).to_string();
         node.add_address(hv, &gw)
             .map_err(|e| e.into_cni(format_args!("failed to add IP addr {gw} to veth")))?;
         let route = RouteSpec {
-            dst: IpNet::host(a.addr.addr()).to_string(),
+            dst: ip_host(a.addr.addr()).to_string(),
             dev: Some(hv.to_string()),
             scope: Some(scope::HOST),
             ..RouteSpec::default()

@@ -3,7 +3,7 @@
 //! interface plugin's CHECK starts with.
 
 use crate::error::CniError;
-use crate::ip::IpNet;
+use crate::ip::{parse_cidr, IpNet, IpNetExt};
 use crate::net::{Link, Ops, RouteSpec};
 use crate::types::{CniResult, Interface, Request, Route};
 
@@ -58,7 +58,7 @@ pub fn validate_interface_ips<N: Ops>(
     let on_link = ns
         .list_addresses(ifname)
         .map_err(|_| CniError::internal(format!("Cannot find container link {ifname}")))?;
-    let on_link: Vec<IpNet> = on_link.iter().filter_map(|a| a.parse().ok()).collect();
+    let on_link: Vec<IpNet> = on_link.iter().filter_map(|a| parse_cidr(a).ok()).collect();
     let routes = ns
         .all_routes(None)
         .map_err(|e| e.into_cni("Cannot list routes"))?;
@@ -73,20 +73,18 @@ pub fn validate_interface_ips<N: Ops>(
         if !for_us {
             continue;
         }
-        let ours: IpNet = ipc
-            .address
-            .parse()
-            .map_err(|e| CniError::internal(format!("prevResult: {e}")))?;
+        let ours =
+            parse_cidr(&ipc.address).map_err(|e| CniError::internal(format!("prevResult: {e}")))?;
         if !on_link.contains(&ours) {
             return Err(CniError::internal(format!(
                 "Failed to match addr {} on interface {ifname}",
                 ipc.address
             )));
         }
-        let prefix = ours.network();
+        let prefix = ours.trunc();
         let routed = routes
             .iter()
-            .any(|r| r.dst.parse::<IpNet>().is_ok_and(|d| d.network() == prefix));
+            .any(|r| parse_cidr(&r.dst).is_ok_and(|d| d.trunc() == prefix));
         if !routed {
             return Err(CniError::internal(format!(
                 "Failed to find Gateway {} for interface {ifname}",
@@ -105,11 +103,9 @@ pub fn validate_interface_ips<N: Ops>(
 pub fn validate_routes<N: Ops>(ns: &N, routes: &[Route]) -> Result<(), CniError> {
     let mut tables: Vec<(Option<u32>, Vec<RouteSpec>)> = Vec::new();
     for route in routes {
-        let dst: IpNet = route
-            .dst
-            .parse()
+        let dst = parse_cidr(&route.dst)
             .map_err(|_| CniError::internal(format!("Invalid static route found {}", route.dst)))?;
-        let dst = dst.network();
+        let dst = dst.trunc();
         let table_routes = match tables.iter().position(|(t, _)| *t == route.table) {
             Some(i) => &tables[i].1,
             None => {
@@ -125,10 +121,10 @@ pub fn validate_routes<N: Ops>(ns: &N, routes: &[Route]) -> Result<(), CniError>
             .as_deref()
             .and_then(|g| crate::ip::parse_ip(g).ok());
         let found = table_routes.iter().any(|r| {
-            let Ok(rdst) = r.dst.parse::<IpNet>() else {
+            let Ok(rdst) = parse_cidr(&r.dst) else {
                 return false;
             };
-            if rdst.network() != dst {
+            if rdst.trunc() != dst {
                 return false;
             }
             if dst.is_default() {

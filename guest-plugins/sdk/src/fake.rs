@@ -27,7 +27,7 @@ use std::rc::Rc;
 use crate::error::CniError;
 use crate::filter::{FilterError, Rule};
 use crate::host::{Host, Level, StoreEntry, StoreError};
-use crate::ip::{parse_ip, IpNet};
+use crate::ip::{parse_cidr, parse_ip, IpNet, IpNetExt};
 use crate::net::{
     scope, Link, LinkSettings, MacvlanMode, NetError, NetResult, Ops, Qdisc, RateLimit, RouteSpec,
     MAIN_TABLE,
@@ -254,7 +254,7 @@ impl World {
         world.new_link(NsId::Container, "lo", "loopback", 65536, false);
         for id in [NsId::Node, NsId::Container] {
             for a in ["127.0.0.1/8", "::1/128"] {
-                if let (Some(i), Ok(net)) = (world.ns[id.index()].find("lo"), a.parse()) {
+                if let (Some(i), Ok(net)) = (world.ns[id.index()].find("lo"), parse_cidr(a)) {
                     world.ns[id.index()].links[i].addresses.push(net);
                 }
             }
@@ -313,15 +313,15 @@ impl World {
     }
 
     fn raw_address(&mut self, id: NsId, link: &str, cidr: &str) {
-        let Ok(net) = cidr.parse::<IpNet>() else {
+        let Ok(net) = parse_cidr(cidr) else {
             return;
         };
         let ns = &mut self.ns[id.index()];
         if let Some(i) = ns.find(link) {
             ns.links[i].addresses.push(net);
-            if net.prefix() < net.family().bits() {
+            if net.prefix_len() < net.family().bits() {
                 ns.routes.push(RouteSpec {
-                    dst: net.network().to_string(),
+                    dst: net.trunc().to_string(),
                     dev: Some(link.into()),
                     src: Some(net.addr().to_string()),
                     scope: Some(scope::LINK),
@@ -502,7 +502,7 @@ impl World {
             || ns.routes.iter().any(|r| {
                 r.dev.as_deref() == Some(dev)
                     && r.scope == Some(scope::LINK)
-                    && r.dst.parse::<IpNet>().is_ok_and(|d| d.contains(gw))
+                    && parse_cidr(&r.dst).is_ok_and(|d| d.contains(gw))
             })
     }
 }
@@ -649,7 +649,7 @@ impl FakeHost {
     pub fn remove_address(&self, id: NsId, link: &str, cidr: &str) {
         let mut w = self.world.borrow_mut();
         let ns = &mut w.ns[id.index()];
-        if let (Some(i), Ok(net)) = (ns.find(link), cidr.parse::<IpNet>()) {
+        if let (Some(i), Ok(net)) = (ns.find(link), parse_cidr(cidr)) {
             ns.links[i].addresses.retain(|a| *a != net);
         }
     }
@@ -1126,9 +1126,7 @@ fn check_mtu(mtu: u32) -> NetResult<()> {
 }
 
 fn route_matches(r: &RouteSpec, want: &RouteSpec, dst: &IpNet) -> bool {
-    r.dst
-        .parse::<IpNet>()
-        .is_ok_and(|d| d.network() == dst.network())
+    parse_cidr(&r.dst).is_ok_and(|d| d.trunc() == dst.trunc())
         && want.dev.as_ref().is_none_or(|d| r.dev.as_ref() == Some(d))
         && r.table.unwrap_or(MAIN_TABLE) == want.table.unwrap_or(MAIN_TABLE)
         && want.gw.as_ref().is_none_or(|g| r.gw.as_ref() == Some(g))
@@ -1381,8 +1379,7 @@ impl Ops for FakeNs {
             if !w.may_change(id, link) {
                 return Err(World::refuse("link", link));
             }
-            let net: IpNet = cidr
-                .parse()
+            let net = parse_cidr(cidr)
                 .map_err(|_| NetError::Invalid(format!("invalid address {cidr:?}")))?;
             if w.ns[id.index()].links[i].addresses.contains(&net) {
                 return Err(NetError::Exists(format!("address {cidr} on {link}")));
@@ -1398,8 +1395,7 @@ impl Ops for FakeNs {
             if !w.may_change(id, link) {
                 return Err(World::refuse("link", link));
             }
-            let net: IpNet = cidr
-                .parse()
+            let net = parse_cidr(cidr)
                 .map_err(|_| NetError::Invalid(format!("invalid address {cidr:?}")))?;
             let ns = &mut w.ns[id.index()];
             let before = ns.links[i].addresses.len();
@@ -1407,7 +1403,7 @@ impl Ops for FakeNs {
             if ns.links[i].addresses.len() == before {
                 return Err(NetError::NotFound(format!("address {cidr} on {link}")));
             }
-            let network = net.network().to_string();
+            let network = net.trunc().to_string();
             let src = net.addr().to_string();
             ns.routes.retain(|r| {
                 !(r.dst == network
@@ -1439,9 +1435,7 @@ impl Ops for FakeNs {
             if !w.may_change(id, &dev) {
                 return Err(World::refuse("link", &dev));
             }
-            let dst: IpNet = route
-                .dst
-                .parse()
+            let dst = parse_cidr(&route.dst)
                 .map_err(|_| NetError::Invalid(format!("invalid route dst {:?}", route.dst)))?;
             let gw = route
                 .gw
@@ -1463,7 +1457,7 @@ impl Ops for FakeNs {
             let table = route.table.unwrap_or(MAIN_TABLE);
             // The host's rule: same destination and priority in the table.
             let duplicate = w.ns[id.index()].routes.iter().any(|r| {
-                r.dst == dst.network().to_string()
+                r.dst == dst.trunc().to_string()
                     && r.table == Some(table)
                     && r.priority == route.priority
             });
@@ -1471,7 +1465,7 @@ impl Ops for FakeNs {
                 return Err(NetError::Exists(format!("route to {}", route.dst)));
             }
             let mut stored = route.clone();
-            stored.dst = dst.network().to_string();
+            stored.dst = dst.trunc().to_string();
             stored.table = Some(table);
             stored.dev = Some(dev);
             stored.gw = gw.map(|g| g.to_string());
@@ -1487,9 +1481,7 @@ impl Ops for FakeNs {
                     return Err(World::refuse("link", dev));
                 }
             }
-            let dst: IpNet = route
-                .dst
-                .parse()
+            let dst = parse_cidr(&route.dst)
                 .map_err(|_| NetError::Invalid(format!("invalid route dst {:?}", route.dst)))?;
             let ns = &mut w.ns[id.index()];
             let pos = ns

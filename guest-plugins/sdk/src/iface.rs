@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use crate::error::CniError;
 use crate::host::Host;
-use crate::ip::{parse_ip, Family, IpNet};
+use crate::ip::{parse_cidr, parse_ip, Family, IpNet, IpNetExt};
 use crate::net::{iface_sysctl, Link, NetError, Ops, RouteSpec};
 use crate::plugin::undo_ipam;
 use crate::types::{CniResult, Interface, IpConfig, Request};
@@ -14,9 +14,7 @@ use crate::types::{CniResult, Interface, IpConfig, Request};
 /// Parses an `ips[].address`, naming the field on error (code 999: results
 /// come from IPAM plugins, not the user's config).
 pub fn parse_address(ipc: &IpConfig) -> Result<IpNet, CniError> {
-    ipc.address
-        .parse()
-        .map_err(|e| CniError::internal(format!("IPAM result: {e}")))
+    parse_cidr(&ipc.address).map_err(|e| CniError::internal(format!("IPAM result: {e}")))
 }
 
 /// Parses an `ips[].gateway`, if any.
@@ -221,10 +219,7 @@ pub fn configure_iface<N: Ops>(ns: &N, ifname: &str, result: &CniResult) -> Resu
     link_up(ns, ifname)?;
 
     for route in &result.routes {
-        let dst: IpNet = route
-            .dst
-            .parse()
-            .map_err(|e| CniError::internal(format!("route: {e}")))?;
+        let dst = parse_cidr(&route.dst).map_err(|e| CniError::internal(format!("route: {e}")))?;
         let gw = match &route.gw {
             Some(gw) => Some(gw.clone()),
             None => match dst.family() {
@@ -233,7 +228,7 @@ pub fn configure_iface<N: Ops>(ns: &N, ifname: &str, result: &CniResult) -> Resu
             },
         };
         let spec = RouteSpec {
-            dst: dst.network().to_string(),
+            dst: dst.trunc().to_string(),
             gw: gw.clone(),
             dev: Some(ifname.to_string()),
             src: None,

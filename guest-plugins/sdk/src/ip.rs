@@ -1,9 +1,13 @@
 //! IP and CIDR math for v4 and v6 (what Go's `net.IPNet` and the plugins'
-//! `ip` package provide).
+//! `ip` package provide), on the `ipnet` crate's [`IpNet`]: an address with
+//! a prefix length, the address keeping its host bits (`10.1.2.3/24`, as Go's
+//! `ParseCIDR` gives the IP). Parse with [`parse_cidr`] for Go's rules;
+//! [`IpNetExt`] adds what CNI plugins compute from a prefix.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::str::FromStr;
+
+pub use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 
 /// The address family of an IP.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -31,8 +35,8 @@ impl Family {
     /// The default route destination: `0.0.0.0/0` or `::/0`.
     pub fn default_route(self) -> IpNet {
         match self {
-            Self::V4 => IpNet::new_unchecked(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
-            Self::V6 => IpNet::new_unchecked(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0),
+            Self::V4 => IpNet::V4(Ipv4Net::default()),
+            Self::V6 => IpNet::V6(Ipv6Net::default()),
         }
     }
 
@@ -43,14 +47,6 @@ impl Family {
             Self::V6 => "net.ipv6.conf.all.forwarding",
         }
     }
-}
-
-/// An address with a prefix length; the address keeps its host bits
-/// (`10.1.2.3/24`), like a Go `net.IPNet` from `ParseCIDR` with `IP` reset.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct IpNet {
-    addr: IpAddr,
-    prefix: u8,
 }
 
 /// Why a CIDR or IP did not parse.
@@ -65,108 +61,74 @@ impl fmt::Display for ParseError {
 
 impl std::error::Error for ParseError {}
 
-impl IpNet {
-    /// `None` if `prefix` exceeds the family's bit count.
-    pub fn new(addr: IpAddr, prefix: u8) -> Option<Self> {
-        (prefix <= Family::of(&addr).bits()).then_some(Self { addr, prefix })
-    }
-
-    fn new_unchecked(addr: IpAddr, prefix: u8) -> Self {
-        Self { addr, prefix }
-    }
-
-    /// A host prefix: `/32` or `/128`.
-    pub fn host(addr: IpAddr) -> Self {
-        Self {
-            addr,
-            prefix: Family::of(&addr).bits(),
-        }
-    }
-
-    pub fn addr(&self) -> IpAddr {
-        self.addr
-    }
-
-    pub fn prefix(&self) -> u8 {
-        self.prefix
-    }
-
-    pub fn family(&self) -> Family {
-        Family::of(&self.addr)
-    }
-
+/// What plugins need of a CIDR beyond what `ipnet` provides.
+pub trait IpNetExt {
+    fn family(&self) -> Family;
     /// True for `0.0.0.0/0` and `::/0`.
-    pub fn is_default(&self) -> bool {
-        self.prefix == 0 && self.addr.is_unspecified()
-    }
-
-    /// The same prefix with the host bits cleared (`10.1.2.0/24`).
-    pub fn network(&self) -> Self {
-        let bits = self.family().bits();
-        let value = to_u128(self.addr) & mask(bits, self.prefix);
-        Self {
-            addr: from_u128(self.family(), value),
-            prefix: self.prefix,
-        }
-    }
-
-    /// Whether `ip` is inside this prefix (same family only).
-    pub fn contains(&self, ip: &IpAddr) -> bool {
-        if Family::of(ip) != self.family() {
-            return false;
-        }
-        let m = mask(self.family().bits(), self.prefix);
-        to_u128(*ip) & m == to_u128(self.addr) & m
-    }
-
-    /// Whether the two prefixes overlap (one contains the other's network).
-    pub fn overlaps(&self, other: &IpNet) -> bool {
-        self.contains(&other.addr) || other.contains(&self.addr)
-    }
-
+    fn is_default(&self) -> bool;
+    /// Whether the two prefixes overlap (one contains the other).
+    fn overlaps(&self, other: &IpNet) -> bool;
     /// Same family and same network.
-    pub fn same_subnet(&self, other: &IpNet) -> bool {
-        self.prefix == other.prefix && self.network() == other.network()
-    }
-
+    fn same_subnet(&self, other: &IpNet) -> bool;
     /// The highest address of the prefix (for IPv4, the broadcast address).
-    pub fn last(&self) -> IpAddr {
-        let bits = self.family().bits();
-        let host = mask(bits, bits) & !mask(bits, self.prefix);
-        from_u128(self.family(), to_u128(self.network().addr) | host)
-    }
-
+    fn last(&self) -> IpAddr;
     /// The conventional gateway: network address + 1 (Go `calcGatewayIP`).
-    pub fn gateway(&self) -> IpAddr {
-        next_ip(self.network().addr)
-    }
-
-    /// `addr` with this prefix length.
-    pub fn with_addr(&self, addr: IpAddr) -> Option<Self> {
-        Self::new(addr, self.prefix)
-    }
+    fn gateway(&self) -> IpAddr;
+    /// `addr` with this prefix length (`None` across families).
+    fn with_addr(&self, addr: IpAddr) -> Option<IpNet>;
 }
 
-impl FromStr for IpNet {
-    type Err = ParseError;
+impl IpNetExt for IpNet {
+    fn family(&self) -> Family {
+        Family::of(&self.addr())
+    }
 
-    /// Parses `addr/prefix` (CIDR notation only).
-    fn from_str(s: &str) -> Result<Self, ParseError> {
-        let invalid = || ParseError(format!("invalid CIDR address: {s}"));
-        let (addr, prefix) = s.split_once('/').ok_or_else(invalid)?;
-        let addr: IpAddr = addr.parse().map_err(|_| invalid())?;
-        if prefix.is_empty() || !prefix.bytes().all(|b| b.is_ascii_digit()) || prefix.len() > 3 {
-            return Err(invalid());
+    fn is_default(&self) -> bool {
+        self.prefix_len() == 0 && self.addr().is_unspecified()
+    }
+
+    fn overlaps(&self, other: &IpNet) -> bool {
+        self.contains(&other.addr()) || other.contains(&self.addr())
+    }
+
+    fn same_subnet(&self, other: &IpNet) -> bool {
+        self.trunc() == other.trunc()
+    }
+
+    fn last(&self) -> IpAddr {
+        self.broadcast()
+    }
+
+    fn gateway(&self) -> IpAddr {
+        next_ip(self.network())
+    }
+
+    fn with_addr(&self, addr: IpAddr) -> Option<IpNet> {
+        if Family::of(&addr) != self.family() {
+            return None;
         }
-        let prefix: u8 = prefix.parse().map_err(|_| invalid())?;
-        Self::new(addr, prefix).ok_or_else(invalid)
+        IpNet::new(addr, self.prefix_len()).ok()
     }
 }
 
-impl fmt::Display for IpNet {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.addr, self.prefix)
+/// A host prefix: `/32` or `/128`.
+pub fn host(addr: IpAddr) -> IpNet {
+    IpNet::from(addr)
+}
+
+/// Parses `addr/prefix` as Go's `net.ParseCIDR` accepts it (the address
+/// keeps its host bits). Use this, not `str::parse::<IpNet>()`: `ipnet`'s
+/// own parser also takes IPv4 octets with leading zeros (`010.1.2.3/24`),
+/// which Go and the reference plugins refuse.
+pub fn parse_cidr(s: &str) -> Result<IpNet, ParseError> {
+    let invalid = || ParseError(format!("invalid CIDR address: {s}"));
+    let (addr, prefix) = s.split_once('/').ok_or_else(invalid)?;
+    let addr: IpAddr = addr.parse().map_err(|_| invalid())?;
+    if prefix.is_empty() || !prefix.bytes().all(|b| b.is_ascii_digit()) || prefix.len() > 3 {
+        return Err(invalid());
     }
+    let prefix: u8 = prefix.parse().map_err(|_| invalid())?;
+    IpNet::new(addr, prefix).map_err(|_| invalid())
 }
 
 /// Parses a plain IP address (no prefix).
@@ -179,9 +141,9 @@ pub fn parse_ip(s: &str) -> Result<IpAddr, ParseError> {
 /// Parses `ip` or `ip/prefix`; a bare IP gets a host prefix.
 pub fn parse_ip_or_cidr(s: &str) -> Result<IpNet, ParseError> {
     if s.contains('/') {
-        s.parse()
+        parse_cidr(s)
     } else {
-        parse_ip(s).map(IpNet::host)
+        parse_ip(s).map(host)
     }
 }
 
@@ -228,30 +190,30 @@ mod tests {
     use super::*;
 
     fn net(s: &str) -> IpNet {
-        s.parse().unwrap()
+        parse_cidr(s).unwrap()
     }
 
     #[test]
     fn network_and_gateway_v4() {
         let n = net("10.1.2.3/24");
-        assert_eq!(n.network().to_string(), "10.1.2.0/24");
+        assert_eq!(n.trunc().to_string(), "10.1.2.0/24");
         assert_eq!(n.gateway().to_string(), "10.1.2.1");
         assert_eq!(n.to_string(), "10.1.2.3/24");
-        assert_eq!(net("10.200.9.2/30").network().to_string(), "10.200.9.0/30");
-        assert_eq!(net("10.0.0.7/32").network().to_string(), "10.0.0.7/32");
-        assert_eq!(net("10.0.0.7/0").network().to_string(), "0.0.0.0/0");
+        assert_eq!(net("10.200.9.2/30").trunc().to_string(), "10.200.9.0/30");
+        assert_eq!(net("10.0.0.7/32").trunc().to_string(), "10.0.0.7/32");
+        assert_eq!(net("10.0.0.7/0").trunc().to_string(), "0.0.0.0/0");
     }
 
     #[test]
     fn network_and_gateway_v6() {
         let n = net("2001:db8::5/64");
-        assert_eq!(n.network().to_string(), "2001:db8::/64");
+        assert_eq!(n.trunc().to_string(), "2001:db8::/64");
         assert_eq!(n.gateway().to_string(), "2001:db8::1");
         assert_eq!(
-            net("2001:db8:1::999/128").network().to_string(),
+            net("2001:db8:1::999/128").trunc().to_string(),
             "2001:db8:1::999/128"
         );
-        assert_eq!(net("fe80::1/10").network().to_string(), "fe80::/10");
+        assert_eq!(net("fe80::1/10").trunc().to_string(), "fe80::/10");
     }
 
     #[test]
@@ -276,8 +238,12 @@ mod tests {
             "::1/129",
             "10.1.2.3/+4",
             "1.2.3.4/024x",
+            // ipnet's own parser takes these; Go's ParseCIDR does not.
+            "010.1.2.3/24",
+            "10.1.2.003/24",
+            " 10.1.2.3/24",
         ] {
-            assert!(bad.parse::<IpNet>().is_err(), "{bad}");
+            assert!(parse_cidr(bad).is_err(), "{bad}");
         }
         assert_eq!(
             parse_ip_or_cidr("10.1.2.88").unwrap().to_string(),
@@ -322,6 +288,44 @@ mod tests {
             from_u128(Family::V4, to_u128(parse_ip("10.0.0.1").unwrap()) + 1).to_string(),
             "10.0.0.2"
         );
+    }
+
+    /// The math plugins rely on, against the mask arithmetic of the SDK's
+    /// own type before `ipnet` (the formulas host-local's conformance with
+    /// the reference was pinned on), over pseudo-random prefixes of both
+    /// families and every prefix length.
+    #[test]
+    fn ipnet_agrees_with_the_previous_mask_math() {
+        let mut x: u128 = 0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c834;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for family in [Family::V4, Family::V6] {
+            let bits = family.bits();
+            let all = mask(bits, bits);
+            for prefix in 0..=bits {
+                for _ in 0..40 {
+                    let a = from_u128(family, next() & all);
+                    let b = from_u128(family, next() & all);
+                    let n = IpNet::new(a, prefix).unwrap();
+                    let m = mask(bits, prefix);
+                    let net = to_u128(a) & m;
+                    assert_eq!(to_u128(n.network()), net, "{n}");
+                    assert_eq!(n.trunc().prefix_len(), prefix);
+                    assert_eq!(to_u128(n.last()), net | (all & !m), "{n}");
+                    assert_eq!(n.gateway(), next_ip(from_u128(family, net)), "{n}");
+                    assert_eq!(n.contains(&b), to_u128(b) & m == net, "{n} {b}");
+                    let other = IpNet::new(b, (next() % u128::from(bits + 1)) as u8).unwrap();
+                    let om = mask(bits, other.prefix_len());
+                    let overlap = to_u128(b) & m == net || to_u128(a) & om == to_u128(b) & om;
+                    assert_eq!(n.overlaps(&other), overlap, "{n} {other}");
+                    assert_eq!(parse_cidr(&n.to_string()), Ok(n));
+                }
+            }
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@ use crate::config::NetConf;
 use crate::error::CniError;
 use crate::host::Host;
 use crate::iface::{self, Notify};
-use crate::ip::{Family, IpNet};
+use crate::ip::{parse_cidr, Family, IpNetExt};
 use crate::net::{Link, MacvlanMode, Ops};
 use crate::types::{CniResult, Request};
 
@@ -34,9 +34,7 @@ pub fn default_route_interface<N: Ops>(ns: &N) -> Result<String, CniError> {
                 continue;
             };
             if routes.iter().any(|r| {
-                r.dst
-                    .parse::<IpNet>()
-                    .is_ok_and(|d| d.network().is_default() && d.family() == family)
+                parse_cidr(&r.dst).is_ok_and(|d| d.trunc().is_default() && d.family() == family)
             }) {
                 return Ok(link.name.clone());
             }

@@ -6,7 +6,7 @@ use serde::Deserialize;
 use wasm_cni_sdk::args::CniArgs;
 use wasm_cni_sdk::check;
 use wasm_cni_sdk::config::{self, DnsConf, NetConf};
-use wasm_cni_sdk::ip::{parse_ip, Family, IpNet};
+use wasm_cni_sdk::ip::{parse_cidr, parse_ip, Family, IpNet, IpNetExt};
 use wasm_cni_sdk::{CniError, CniResult, Host, IpConfig, Plugin, Request, Route};
 
 #[derive(Debug, Default, Deserialize)]
@@ -49,9 +49,7 @@ pub struct IpamConf {
 }
 
 fn cidr(text: &str, msg: impl FnOnce(&str) -> String) -> Result<IpNet, CniError> {
-    text.trim()
-        .parse::<IpNet>()
-        .map_err(|_| CniError::invalid_config(msg(text)))
+    parse_cidr(text.trim()).map_err(|_| CniError::invalid_config(msg(text)))
 }
 
 pub fn load(text: &str, args: &[(String, String)]) -> Result<IpamConf, CniError> {
@@ -141,11 +139,9 @@ pub fn load(text: &str, args: &[(String, String)]) -> Result<IpamConf, CniError>
     // IP: print them the same way.
     let mut routes = ipam.routes.unwrap_or_default();
     for r in &mut routes {
-        let dst = r
-            .dst
-            .parse::<IpNet>()
+        let dst = parse_cidr(&r.dst)
             .map_err(|e| CniError::invalid_config(format!("ipam.routes: {e}")))?;
-        r.dst = dst.network().to_string();
+        r.dst = dst.trunc().to_string();
         if let Some(gw) = &mut r.gw {
             *gw = parse_ip(gw)
                 .map_err(|e| CniError::invalid_config(format!("ipam.routes: {e}")))?
@@ -192,9 +188,7 @@ impl Plugin for Static {
         let prev = check::require_prev_result(req.prev_result.as_ref())?;
         for want in &conf.addresses {
             let found = prev.ips.iter().find(|ipc| {
-                ipc.address
-                    .parse::<IpNet>()
-                    .is_ok_and(|a| a.addr() == want.address.addr())
+                parse_cidr(&ipc.address).is_ok_and(|a| a.addr() == want.address.addr())
             });
             let Some(ipc) = found else {
                 return Err(CniError::internal(format!(

@@ -22,7 +22,7 @@ use wasm_cni::sandbox::harness::{
     FilterRule, Handle, Import, ImportHarness, RouteArgs, PORT_MAPPINGS,
 };
 
-use wasm_cni::net::{IpNet, LinkId};
+use wasm_cni::net::{IpNet, Ipv4Net, LinkId};
 use wasm_cni::sandbox::policy::{ConfigGrants, FilterNeed, FilterOp, Grants, PortGrant, Side};
 
 /// Link names: the scene's (see `sandbox::harness`), a few fresh ones, or
@@ -466,10 +466,7 @@ const COMMANDS: [Command; 5] = [
 ];
 
 fn v4(addr: u32, prefix: u8) -> IpNet {
-    IpNet {
-        addr: Ipv4Addr::from(addr).into(),
-        prefix: prefix % 33,
-    }
+    IpNet::V4(Ipv4Net::new_assert(Ipv4Addr::from(addr), prefix % 33))
 }
 
 fn check_policy(c: &PolicyCase) {
@@ -511,7 +508,7 @@ fn check_policy(c: &PolicyCase) {
         assert!(
             g.own_nets
                 .iter()
-                .any(|n| n.prefix <= dst.prefix && n.contains(&dst.addr)),
+                .any(|n| n.prefix_len() <= dst.prefix_len() && n.contains(&dst.addr())),
             "{dst} outside {:?}",
             g.own_nets
         );
@@ -574,7 +571,7 @@ fn check_filter_policy(g: &Grants, op: u8, rule: &Rule) {
         FilterOp::Remove => assert!(matches!(g.command, Command::Add | Command::Del)),
         FilterOp::Check => {}
     }
-    let own = |a: &IpAddr| g.own_nets.iter().any(|n| n.addr == *a);
+    let own = |a: &IpAddr| g.own_nets.iter().any(|n| n.addr() == *a);
     match rule {
         Rule::Masquerade { source: a, .. }
         | Rule::HairpinMasquerade { dst: a }

@@ -796,7 +796,7 @@ impl Executor {
         let nets: Vec<IpNet> = result
             .ips
             .iter()
-            .filter_map(|ip| ip.address.parse().ok())
+            .filter_map(|ip| crate::net::parse_cidr(&ip.address).ok())
             .collect();
         if let Ok(mut l) = self.ledger.lock() {
             l.own_nets.extend(nets);

@@ -275,7 +275,7 @@ impl Services for StepServices {
             let nets = result
                 .ips
                 .iter()
-                .filter_map(|ip| ip.address.parse::<crate::net::IpNet>().ok());
+                .filter_map(|ip| crate::net::parse_cidr(&ip.address).ok());
             if let Ok(mut ledger) = net.ledger.lock() {
                 ledger.own_nets.extend(nets);
             }

@@ -301,18 +301,10 @@ impl Parser<'_> {
     fn cidr(&self, m: &Map<String, Value>, key: &str, path: &str) -> Result<String, CniError> {
         let s = self.req_str(m, key, path)?;
         let path = join(path, key);
-        let bad = || self.err(&path, format!("{s:?} is not an address in CIDR notation"));
-        let (ip, prefix) = s.split_once('/').ok_or_else(bad)?;
-        let ip: IpAddr = ip.parse().map_err(|_| bad())?;
-        let max = if ip.is_ipv4() { 32 } else { 128 };
-        if prefix.is_empty() || prefix.len() > 3 || !prefix.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(bad());
+        match super::cidr::parse(&s) {
+            Some(net) => Ok(net.to_string()),
+            None => Err(self.err(&path, format!("{s:?} is not an address in CIDR notation"))),
         }
-        let prefix: u8 = prefix.parse().map_err(|_| bad())?;
-        if prefix > max {
-            return Err(bad());
-        }
-        Ok(format!("{ip}/{prefix}"))
     }
 
     fn route(&self, v: &Value, path: &str) -> Result<Route, CniError> {

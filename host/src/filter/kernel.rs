@@ -33,7 +33,7 @@ mod nfnl;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs::File;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -43,7 +43,7 @@ use self::nfnl::{
     NFPROTO_IPV4, NFPROTO_IPV6, NFT_JUMP, NF_ACCEPT, NF_DROP, REG_1, REG_2,
 };
 use super::{port_clash, Entry, Filter, FilterError, Owned, Rule, Tag, TABLE};
-use crate::net::IpNet;
+use crate::net::{IpNet, IpNetFamily, Ipv4Net, Ipv6Net};
 
 /// How often a step whose batch lost a race with another writer reads the
 /// ruleset again before giving up.
@@ -181,7 +181,7 @@ fn ip_bytes(ip: &IpAddr) -> Vec<u8> {
 fn mask_bytes(net: &IpNet) -> Vec<u8> {
     let len = if net.is_ipv4() { 4 } else { 16 };
     let mut m = vec![0u8; len];
-    let mut bits = usize::from(net.prefix);
+    let mut bits = usize::from(net.prefix_len());
     for b in &mut m {
         let take = bits.min(8);
         *b = if take == 0 { 0 } else { 0xffu8 << (8 - take) };
@@ -205,7 +205,7 @@ fn addr_match(source: bool, net: &IpNet, op: u32) -> Vec<Expr> {
         len,
     }];
     let full = if v4 { 32 } else { 128 };
-    if net.prefix < full {
+    if net.prefix_len() < full {
         out.push(Expr::Bitwise {
             mask: mask_bytes(net),
             xor: vec![0; len as usize],
@@ -216,10 +216,7 @@ fn addr_match(source: bool, net: &IpNet, op: u32) -> Vec<Expr> {
 }
 
 fn host(ip: &IpAddr) -> IpNet {
-    IpNet {
-        addr: *ip,
-        prefix: if ip.is_ipv4() { 32 } else { 128 },
-    }
+    IpNet::from(*ip)
 }
 
 fn ifname(input: bool, name: &str, op: u32) -> [Expr; 2] {
@@ -255,12 +252,14 @@ fn verdict(code: i32) -> Expr {
 }
 
 fn multicast(v4: bool) -> IpNet {
-    let s = if v4 { "224.0.0.0/4" } else { "ff00::/8" };
-    // Both literals are well formed.
-    s.parse().unwrap_or(IpNet {
-        addr: IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
-        prefix: 0,
-    })
+    if v4 {
+        IpNet::V4(Ipv4Net::new_assert(Ipv4Addr::new(224, 0, 0, 0), 4))
+    } else {
+        IpNet::V6(Ipv6Net::new_assert(
+            Ipv6Addr::new(0xff00, 0, 0, 0, 0, 0, 0, 0),
+            8,
+        ))
+    }
 }
 
 /// The kernel rules of `rule`.
@@ -342,10 +341,10 @@ fn compile(rule: &Rule) -> Vec<KRule> {
             };
             let mut out = vec![from(host(dst))];
             if v4 {
-                out.push(from(IpNet {
-                    addr: IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 0)),
-                    prefix: 8,
-                }));
+                out.push(from(IpNet::V4(Ipv4Net::new_assert(
+                    Ipv4Addr::new(127, 0, 0, 0),
+                    8,
+                ))));
             }
             out
         }

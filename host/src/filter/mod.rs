@@ -30,7 +30,7 @@ use std::net::IpAddr;
 
 use sha2::{Digest, Sha256};
 
-use crate::net::{check_link_name, format_mac, IpNet};
+use crate::net::{check_link_name, format_mac, IpNet, IpNetFamily};
 
 pub use kernel::{KernelFilter, SocketPool};
 #[cfg(any(test, feature = "fake"))]

@@ -43,10 +43,10 @@ use rustix::thread::{move_into_link_name_space, LinkNameSpaceType};
 
 use self::socket::{NlError, NlSocket};
 use super::{
-    check_link_name, check_route, check_sysctl_key, format_mac, parse_mac, IpNet, LinkChange,
-    LinkInfo, MacvlanMode, Net, NetError, NsId, NsRef, Qdisc, RateLimit, Route, Tbf,
-    DEFAULT_TICKS_PER_US, INGRESS_HANDLE, RT_SCOPE_LINK, RT_SCOPE_UNIVERSE, RT_TABLE_MAIN,
-    TBF_HANDLE, TC_H_INGRESS, TC_H_ROOT,
+    broadcast_v4, check_link_name, check_route, check_sysctl_key, default_net, format_mac, ip_net,
+    parse_mac, IpNet, IpNetFamily, LinkChange, LinkInfo, MacvlanMode, Net, NetError, NsId, NsRef,
+    Qdisc, RateLimit, Route, Tbf, DEFAULT_TICKS_PER_US, INGRESS_HANDLE, RT_SCOPE_LINK,
+    RT_SCOPE_UNIVERSE, RT_TABLE_MAIN, TBF_HANDLE, TC_H_INGRESS, TC_H_ROOT,
 };
 
 /// `TCA_TBF_PARMS` and `TCA_TBF_RATE64` (`linux/pkt_sched.h`).
@@ -298,7 +298,7 @@ impl KernelNet {
         } else {
             AddressFamily::Inet6
         };
-        h.destination_prefix_length = route.dst.prefix;
+        h.destination_prefix_length = route.dst.prefix_len();
         // Large table ids only fit RTA_TABLE; the header byte then says 0.
         h.table = u8::try_from(table).unwrap_or(0);
         // iproute2's defaults: `ip route del` matches any scope and protocol;
@@ -315,9 +315,9 @@ impl KernelNet {
             h.kind = RouteType::Unicast;
         }
         let a = &mut msg.attributes;
-        if route.dst.prefix > 0 {
+        if route.dst.prefix_len() > 0 {
             a.push(RouteAttribute::Destination(RouteAddress::from(
-                route.dst.addr,
+                route.dst.addr(),
             )));
         }
         a.push(RouteAttribute::Table(table));
@@ -710,7 +710,7 @@ impl Net for KernelNet {
                 }
             }
             if let Some(ip) = local.or(address) {
-                out.push(IpNet::new(ip, m.header.prefix_len)?);
+                out.push(ip_net(ip, m.header.prefix_len)?);
             }
         }
         Ok(out)
@@ -1009,22 +1009,22 @@ fn unexpected(m: &RouteNetlinkMessage) -> NetError {
 fn addr_msg(index: u32, addr: &IpNet, add: bool) -> AddressMessage {
     let mut msg = AddressMessage::default();
     msg.header.index = index;
-    msg.header.prefix_len = addr.prefix;
+    msg.header.prefix_len = addr.prefix_len();
     msg.header.family = if addr.is_ipv4() {
         AddressFamily::Inet
     } else {
         AddressFamily::Inet6
     };
     // iproute2 gives 127.0.0.0/8 host scope; the kernel derives IPv6 scope.
-    if let IpAddr::V4(a) = addr.addr {
+    if let IpAddr::V4(a) = addr.addr() {
         if a.is_loopback() {
             msg.header.scope = AddressScope::Host;
         }
     }
-    msg.attributes.push(AddressAttribute::Local(addr.addr));
-    msg.attributes.push(AddressAttribute::Address(addr.addr));
+    msg.attributes.push(AddressAttribute::Local(addr.addr()));
+    msg.attributes.push(AddressAttribute::Address(addr.addr()));
     if add {
-        if let Some(brd) = addr.broadcast() {
+        if let Some(brd) = broadcast_v4(addr) {
             msg.attributes.push(AddressAttribute::Broadcast(brd));
         }
     }
@@ -1113,10 +1113,7 @@ fn to_route(m: &RouteMessage, index: u32, table: u32, link: &str) -> Option<Rout
     let mut route_table = u32::from(m.header.table);
     let mut oif = None;
     let mut dst = None;
-    let mut route = Route::to(IpNet {
-        addr: IpAddr::from([0u8; 4]),
-        prefix: 0,
-    });
+    let mut route = Route::to(default_net(&IpAddr::from([0u8; 4])));
     for a in &m.attributes {
         match a {
             RouteAttribute::Table(t) => route_table = *t,
@@ -1145,10 +1142,11 @@ fn to_route(m: &RouteMessage, index: u32, table: u32, link: &str) -> Option<Rout
         AddressFamily::Inet6 => IpAddr::from([0u16; 8]),
         _ => return None,
     };
-    route.dst = IpNet {
-        addr: dst.unwrap_or(unspecified),
-        prefix: m.header.destination_prefix_length,
-    };
+    route.dst = ip_net(
+        dst.unwrap_or(unspecified),
+        m.header.destination_prefix_length,
+    )
+    .ok()?;
     route.dev = Some(link.to_string());
     route.table = Some(route_table);
     route.scope = Some(u8::from(m.header.scope));

@@ -49,9 +49,10 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 
 use super::{
-    check_link_name, check_route, check_sysctl_key, format_mac, parse_mac, IpNet, LinkChange,
-    LinkInfo, MacvlanMode, Net, NetError, NsId, NsRef, Qdisc, RateLimit, Route, INGRESS_HANDLE,
-    RT_SCOPE_LINK, RT_SCOPE_UNIVERSE, RT_TABLE_MAIN, TBF_HANDLE, TC_H_INGRESS, TC_H_ROOT,
+    check_link_name, check_route, check_sysctl_key, format_mac, parse_mac, IpNet, IpNetFamily,
+    Ipv4Net, Ipv6Net, LinkChange, LinkInfo, MacvlanMode, Net, NetError, NsId, NsRef, Qdisc,
+    RateLimit, Route, INGRESS_HANDLE, RT_SCOPE_LINK, RT_SCOPE_UNIVERSE, RT_TABLE_MAIN, TBF_HANDLE,
+    TC_H_INGRESS, TC_H_ROOT,
 };
 
 const LO: u32 = 1;
@@ -392,14 +393,8 @@ impl MemoryNet {
         let loopback = at.1 == LO;
         if up && loopback {
             for a in [
-                IpNet {
-                    addr: Ipv4Addr::LOCALHOST.into(),
-                    prefix: 8,
-                },
-                IpNet {
-                    addr: Ipv6Addr::LOCALHOST.into(),
-                    prefix: 128,
-                },
+                IpNet::V4(Ipv4Net::new_assert(Ipv4Addr::LOCALHOST, 8)),
+                IpNet::V6(Ipv6Net::new_assert(Ipv6Addr::LOCALHOST, 128)),
             ] {
                 if !l.addrs.contains(&a) {
                     l.addrs.push(a);
@@ -407,7 +402,7 @@ impl MemoryNet {
             }
         }
         if !up {
-            l.addrs.retain(IpNet::is_ipv4);
+            l.addrs.retain(IpNetFamily::is_ipv4);
         }
         let addrs = l.addrs.clone();
         let n = &mut self.nss[slot(at.0)];
@@ -480,7 +475,7 @@ impl MemoryNet {
             if !n
                 .links
                 .values()
-                .any(|l| l.addrs.iter().any(|a| a.addr == src))
+                .any(|l| l.addrs.iter().any(|a| a.addr() == src))
             {
                 return Err(invalid(format!("Invalid prefsrc address {src} (errno 22)")));
             }
@@ -613,7 +608,7 @@ impl MemNs {
     fn add_subnet_route(&mut self, oif: u32, a: &IpNet, loopback: bool) {
         // The kernel puts loopback's and /32 (/128) subnets in the local
         // table only, which is not modelled.
-        if loopback || a.prefix == if a.is_ipv4() { 32 } else { 128 } {
+        if loopback || a.prefix_len() == if a.is_ipv4() { 32 } else { 128 } {
             return;
         }
         let dst = a.trunc();
@@ -629,7 +624,7 @@ impl MemNs {
                 dst,
                 gw: None,
                 dev: None,
-                src: if v4 { Some(a.addr) } else { None },
+                src: if v4 { Some(a.addr()) } else { None },
                 mtu: None,
                 advmss: None,
                 priority: if v4 { None } else { Some(V6_KERNEL_METRIC) },
@@ -973,10 +968,10 @@ impl Net for MemoryNet {
             .links
             .get_mut(&index)
             .ok_or_else(|| not_found(format!("link {link}")))?;
-        let dup = l
-            .addrs
-            .iter()
-            .any(|a| a.addr == addr.addr && (addr.addr.is_ipv6() || a.prefix == addr.prefix));
+        let dup = l.addrs.iter().any(|a| {
+            a.addr() == addr.addr()
+                && (addr.addr().is_ipv6() || a.prefix_len() == addr.prefix_len())
+        });
         if dup {
             return Err(NetError::Exists(format!("address {addr} on {link}")));
         }
@@ -1084,7 +1079,7 @@ impl Net for MemoryNet {
             .routes
             .iter()
             .filter(|r| r.route.table == Some(RT_TABLE_MAIN) && r.route.dst.contains(dst))
-            .max_by_key(|r| r.route.dst.prefix);
+            .max_by_key(|r| r.route.dst.prefix_len());
         Ok(best
             .and_then(|r| n.links.get(&r.oif))
             .map(|l| l.info.name.clone()))

@@ -22,10 +22,8 @@ mod memory;
 #[cfg(test)]
 pub(crate) mod tests;
 
-use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
-use std::str::FromStr;
 
 pub use kernel::KernelNet;
 /// For the filter's backend, which speaks netfilter netlink from the same
@@ -144,119 +142,59 @@ pub struct LinkChange {
     pub hairpin: Option<bool>,
 }
 
-/// An address with a prefix length: `10.1.2.3/24`, `fd00::1/64`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct IpNet {
-    pub addr: IpAddr,
-    pub prefix: u8,
+/// An address with a prefix length, the address keeping its host bits:
+/// `10.1.2.3/24`, `fd00::1/64` (the `ipnet` crate's; parse with
+/// [`parse_cidr`]).
+pub use ipnet::{IpNet, Ipv4Net, Ipv6Net};
+
+/// Checks the prefix length against the family.
+pub fn ip_net(addr: IpAddr, prefix: u8) -> Result<IpNet, NetError> {
+    IpNet::new(addr, prefix)
+        .map_err(|_| NetError::Invalid(format!("prefix length {prefix} is too long for {addr}")))
 }
 
-impl IpNet {
-    /// Checks the prefix length against the family.
-    pub fn new(addr: IpAddr, prefix: u8) -> Result<Self, NetError> {
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        if prefix > max {
-            return Err(NetError::Invalid(format!(
-                "prefix length {prefix} is too long for {addr}"
-            )));
-        }
-        Ok(IpNet { addr, prefix })
+/// Parses `addr/prefix` as Go's `net.ParseCIDR` does (what plugins and
+/// the reference plugins write; see [`crate::cni::cidr::parse`]).
+pub fn parse_cidr(s: &str) -> Result<IpNet, NetError> {
+    crate::cni::cidr::parse(s)
+        .ok_or_else(|| NetError::Invalid(format!("{s:?} is not an address/prefix")))
+}
+
+/// The family of a prefix, as `IpAddr` tells it.
+pub trait IpNetFamily {
+    fn is_ipv4(&self) -> bool;
+    fn is_ipv6(&self) -> bool;
+}
+
+impl IpNetFamily for IpNet {
+    fn is_ipv4(&self) -> bool {
+        matches!(self, IpNet::V4(_))
     }
 
-    /// The whole address space of `addr`'s family: `0.0.0.0/0` or `::/0`.
-    pub fn default_for(addr: &IpAddr) -> Self {
-        match addr {
-            IpAddr::V4(_) => IpNet {
-                addr: Ipv4Addr::UNSPECIFIED.into(),
-                prefix: 0,
-            },
-            IpAddr::V6(_) => IpNet {
-                addr: Ipv6Addr::UNSPECIFIED.into(),
-                prefix: 0,
-            },
-        }
-    }
-
-    pub fn is_ipv4(&self) -> bool {
-        self.addr.is_ipv4()
-    }
-
-    pub fn is_ipv6(&self) -> bool {
-        self.addr.is_ipv6()
-    }
-
-    /// The network address: host bits cleared.
-    pub fn network(&self) -> IpAddr {
-        match self.addr {
-            IpAddr::V4(a) => Ipv4Addr::from(u32::from(a) & v4_mask(self.prefix)).into(),
-            IpAddr::V6(a) => Ipv6Addr::from(u128::from(a) & v6_mask(self.prefix)).into(),
-        }
-    }
-
-    /// This network with the host bits cleared.
-    pub fn trunc(&self) -> IpNet {
-        IpNet {
-            addr: self.network(),
-            prefix: self.prefix,
-        }
-    }
-
-    pub fn contains(&self, ip: &IpAddr) -> bool {
-        match (self.addr, ip) {
-            (IpAddr::V4(a), IpAddr::V4(b)) => {
-                let m = v4_mask(self.prefix);
-                u32::from(a) & m == u32::from(*b) & m
-            }
-            (IpAddr::V6(a), IpAddr::V6(b)) => {
-                let m = v6_mask(self.prefix);
-                u128::from(a) & m == u128::from(*b) & m
-            }
-            _ => false,
-        }
-    }
-
-    /// The broadcast address `ip addr add ... brd +` would set: IPv4 with a
-    /// prefix of at most 30 (a /31 or /32 has none, RFC 3021).
-    pub fn broadcast(&self) -> Option<Ipv4Addr> {
-        match self.addr {
-            IpAddr::V4(a) if self.prefix <= 30 => {
-                Some(Ipv4Addr::from(u32::from(a) | !v4_mask(self.prefix)))
-            }
-            _ => None,
-        }
+    fn is_ipv6(&self) -> bool {
+        matches!(self, IpNet::V6(_))
     }
 }
 
-fn v4_mask(prefix: u8) -> u32 {
-    u32::MAX
-        .checked_shl(32 - u32::from(prefix.min(32)))
-        .unwrap_or(0)
+/// A host prefix: `/32` or `/128`.
+pub fn host_net(addr: IpAddr) -> IpNet {
+    IpNet::from(addr)
 }
 
-fn v6_mask(prefix: u8) -> u128 {
-    u128::MAX
-        .checked_shl(128 - u32::from(prefix.min(128)))
-        .unwrap_or(0)
-}
-
-impl FromStr for IpNet {
-    type Err = NetError;
-
-    fn from_str(s: &str) -> Result<Self, NetError> {
-        let bad = || NetError::Invalid(format!("{s:?} is not an address/prefix"));
-        let (addr, prefix) = s.split_once('/').ok_or_else(bad)?;
-        let addr: IpAddr = addr.parse().map_err(|_| bad())?;
-        if prefix.is_empty() || !prefix.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(bad());
-        }
-        let prefix: u8 = prefix.parse().map_err(|_| bad())?;
-        IpNet::new(addr, prefix)
+/// The whole address space of `addr`'s family: `0.0.0.0/0` or `::/0`.
+pub fn default_net(addr: &IpAddr) -> IpNet {
+    match addr {
+        IpAddr::V4(_) => IpNet::V4(Ipv4Net::default()),
+        IpAddr::V6(_) => IpNet::V6(Ipv6Net::default()),
     }
 }
 
-impl fmt::Display for IpNet {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.addr, self.prefix)
+/// The broadcast address `ip addr add ... brd +` would set: IPv4 with a
+/// prefix of at most 30 (a /31 or /32 has none, RFC 3021).
+pub fn broadcast_v4(net: &IpNet) -> Option<Ipv4Addr> {
+    match net {
+        IpNet::V4(n) if n.prefix_len() <= 30 => Some(n.broadcast()),
+        _ => None,
     }
 }
 

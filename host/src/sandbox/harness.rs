@@ -40,7 +40,7 @@ use super::state::Ctx;
 use super::{CniResultWit, FilterAccess, IpamOp, Ledger, NetAccess, Services, StoreAccess};
 use crate::cni::{CniError, Command, ErrorCode};
 use crate::filter::{Filter, MemoryFilter, Owned, Proto, Rule, Tag};
-use crate::net::{IpNet, LinkInfo, MemoryNet, Net, NsId, NsRef, Route};
+use crate::net::{self, IpNet, IpNetFamily, LinkInfo, MemoryNet, Net, NsId, NsRef, Route};
 use crate::store::{Entry, MemoryStore, Owner, Scope, ScopeData, StateStore};
 
 const CONTAINER: &str = "/run/netns/fuzz-ctr";
@@ -372,13 +372,13 @@ fn setup_net() -> Result<(MemoryNet, NsId, NsId), String> {
         ..Default::default()
     };
     net.set_link(node, "uplink", &up).map_err(e("uplink up"))?;
-    let addr: IpNet = "192.0.2.10/24".parse().map_err(e("address"))?;
+    let addr = net::parse_cidr("192.0.2.10/24").map_err(e("address"))?;
     net.add_address(node, "uplink", &addr)
         .map_err(e("uplink address"))?;
     let default = Route {
         gw: Some("192.0.2.1".parse().map_err(e("gateway"))?),
         dev: Some("uplink".into()),
-        ..Route::to("0.0.0.0/0".parse().map_err(e("route"))?)
+        ..Route::to(net::parse_cidr("0.0.0.0/0").map_err(e("route"))?)
     };
     // Taps have no carrier, so the model may refuse a gateway route; the
     // default route is then simply absent, which changes nothing below.
@@ -386,7 +386,7 @@ fn setup_net() -> Result<(MemoryNet, NsId, NsId), String> {
     net.create_veth(ctr, "eth9", "veth9", node, None, None)
         .map_err(e("eth9"))?;
     net.set_link(ctr, "eth9", &up).map_err(e("eth9 up"))?;
-    let addr: IpNet = "10.9.0.9/24".parse().map_err(e("address"))?;
+    let addr = net::parse_cidr("10.9.0.9/24").map_err(e("address"))?;
     net.add_address(ctr, "eth9", &addr)
         .map_err(e("eth9 address"))?;
     Ok((net, node, ctr))
@@ -422,7 +422,7 @@ impl ImportHarness {
             }
         };
         let ledger = Arc::new(Mutex::new(Ledger {
-            own_nets: vec![OWN_ADDRESS.parse().map_err(e("own address"))?],
+            own_nets: vec![net::parse_cidr(OWN_ADDRESS).map_err(e("own address"))?],
             ..Ledger::default()
         }));
         let mut memory_filter = MemoryFilter::new();
@@ -803,7 +803,9 @@ impl ImportHarness {
         // no address or route the node's own traffic could follow.
         let inside = |n: &IpNet| {
             ledger.own_nets.iter().any(|own| {
-                own.is_ipv4() == n.is_ipv4() && own.prefix <= n.prefix && own.contains(&n.addr)
+                own.is_ipv4() == n.is_ipv4()
+                    && own.prefix_len() <= n.prefix_len()
+                    && own.contains(&n.addr())
             })
         };
         for l in net.links(self.node).map_err(|e| e.to_string())? {
@@ -814,7 +816,7 @@ impl ImportHarness {
                 .addresses(self.node, &l.name)
                 .map_err(|e| e.to_string())?
             {
-                if !inside(&a) && !a.addr.is_loopback() {
+                if !inside(&a) && !a.addr().is_loopback() {
                     return Err(format!(
                         "node address {a} on {} is not the attachment's",
                         l.name

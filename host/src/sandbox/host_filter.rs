@@ -12,7 +12,7 @@ use super::policy::{FilterNeed, FilterOp, Side};
 use super::state::Ctx;
 use crate::filter::{FilterError, Proto, Rule};
 use crate::log;
-use crate::net::{parse_mac, IpNet, NetError, NsRef};
+use crate::net::{self, parse_mac, NetError, NsRef};
 
 /// Rules one call may name.
 const MAX_RULES: usize = 64;
@@ -32,7 +32,7 @@ fn rule_from_wit(r: WitRule) -> Result<Rule, WitError> {
                 .except
                 .iter()
                 .map(|e| {
-                    e.parse::<IpNet>()
+                    net::parse_cidr(e)
                         .map_err(|e| WitError::Invalid(format!("masquerade exception: {e}")))
                 })
                 .collect::<Result<_, _>>()?,

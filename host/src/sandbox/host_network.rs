@@ -198,7 +198,7 @@ fn parse_ip(s: &str, what: &str) -> Result<IpAddr, NetError> {
 
 fn route_from_wit(r: &RouteSpec) -> Result<net::Route, NetError> {
     Ok(net::Route {
-        dst: r.dst.parse()?,
+        dst: net::parse_cidr(&r.dst)?,
         gw: r.gw.as_deref().map(|g| parse_ip(g, "gw")).transpose()?,
         dev: r.dev.clone(),
         src: r.src.as_deref().map(|s| parse_ip(s, "src")).transpose()?,
@@ -1014,7 +1014,7 @@ impl Ctx {
             return false;
         };
         net.routes(node, master, None)
-            .map(|routes| routes.iter().any(|r| r.dst.prefix == 0))
+            .map(|routes| routes.iter().any(|r| r.dst.prefix_len() == 0))
             .unwrap_or(false)
     }
 
@@ -1026,7 +1026,7 @@ impl Ctx {
         add: bool,
     ) -> R<()> {
         let (side, id) = self.handle(&ns)?;
-        let addr = match address.cidr.parse::<IpNet>() {
+        let addr = match net::parse_cidr(&address.cidr) {
             Ok(a) => a,
             Err(e) => {
                 self.charge()?;

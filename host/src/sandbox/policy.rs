@@ -379,9 +379,8 @@ impl Grants {
     /// bridge, ptp's host route) are for its own pod, never for the node's
     /// other traffic.
     fn own(&self, what: &str, net: &IpNet) -> Verdict {
-        let inside = self.own_nets.iter().any(|own| {
-            own.is_ipv4() == net.is_ipv4() && own.prefix <= net.prefix && own.contains(&net.addr)
-        });
+        // Same family, and `net` lies wholly inside `own`.
+        let inside = self.own_nets.iter().any(|own| own.contains(net));
         if inside {
             Ok(())
         } else {
@@ -430,10 +429,11 @@ impl Grants {
             }
         }
         let own = |ip: &IpAddr| {
-            if self.own_nets.iter().any(|n| n.addr == *ip) {
+            if self.own_nets.iter().any(|n| n.addr() == *ip) {
                 Ok(())
             } else {
-                let owned: Vec<String> = self.own_nets.iter().map(|n| n.addr.to_string()).collect();
+                let owned: Vec<String> =
+                    self.own_nets.iter().map(|n| n.addr().to_string()).collect();
                 Err(format!(
                     "rule {rule}: {ip} is not an address of this attachment [{}]",
                     owned.join(", ")
@@ -540,8 +540,8 @@ mod tests {
             created_node: [("veth0123abcd".to_string(), id(7))].into(),
             created_container: BTreeMap::new(),
             own_nets: vec![
-                "10.1.2.5/24".parse().unwrap(),
-                "fd00::5/64".parse().unwrap(),
+                crate::net::parse_cidr("10.1.2.5/24").unwrap(),
+                crate::net::parse_cidr("fd00::5/64").unwrap(),
             ],
             ports: PortGrant::from_config(
                 r#"{"runtimeConfig":{"portMappings":[
@@ -593,7 +593,7 @@ mod tests {
         let ok = [
             Rule::Masquerade {
                 source: ip("10.1.2.5"),
-                except: vec!["10.1.2.0/24".parse().unwrap()],
+                except: vec![crate::net::parse_cidr("10.1.2.0/24").unwrap()],
             },
             Rule::HairpinMasquerade { dst: ip("fd00::5") },
             Rule::AllowForward {
@@ -781,7 +781,7 @@ mod tests {
     #[test]
     fn node_addresses_and_routes_stay_inside_the_attachments_networks() {
         let g = grants(Command::Add);
-        let net = |s: &str| s.parse::<IpNet>().unwrap();
+        let net = |s: &str| crate::net::parse_cidr(s).unwrap();
         assert!(g
             .address(Side::Node, "cni0", &net("10.1.2.1/24"), true)
             .is_ok());
@@ -822,7 +822,7 @@ mod tests {
     #[test]
     fn route_tables() {
         let g = grants(Command::Add);
-        let dst: IpNet = "10.1.2.5/32".parse().unwrap();
+        let dst = crate::net::parse_cidr("10.1.2.5/32").unwrap();
         for table in [0, 253, 255] {
             assert!(g
                 .route(Side::Container, "eth0", &dst, Some(table), true)

@@ -10,7 +10,7 @@ use crate::net::{IpNet, KernelNet, LinkChange, MacvlanMode, Net, NetError, NsRef
 use super::support::{require_root, KernelEnv, Netns};
 
 fn cidr(s: &str) -> IpNet {
-    s.parse().unwrap()
+    crate::net::parse_cidr(s).unwrap()
 }
 
 fn up() -> LinkChange {

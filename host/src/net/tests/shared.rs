@@ -8,7 +8,7 @@
 use std::net::IpAddr;
 
 use crate::net::{
-    IpNet, LinkChange, LinkInfo, MacvlanMode, Net, NetError, NsId, RateLimit, Route,
+    IpNet, IpNetFamily, LinkChange, LinkInfo, MacvlanMode, Net, NetError, NsId, RateLimit, Route,
     INGRESS_HANDLE, RT_SCOPE_LINK, RT_SCOPE_UNIVERSE, TBF_HANDLE, TC_H_INGRESS, TC_H_ROOT,
 };
 
@@ -67,7 +67,7 @@ both_backends!(
 );
 
 fn cidr(s: &str) -> IpNet {
-    s.parse().unwrap()
+    crate::net::parse_cidr(s).unwrap()
 }
 
 fn ip(s: &str) -> IpAddr {
@@ -702,9 +702,9 @@ pub fn addresses_v4_v6(net: &mut dyn Net, a: NsId, b: NsId) {
     for want in ["10.1.2.3/24", "10.1.2.3/16", "10.1.9.1/31", "fd00::1/64"] {
         assert!(addrs.contains(&cidr(want)), "{want} in {addrs:?}");
     }
-    let first_v6 = addrs.iter().position(IpNet::is_ipv6).unwrap();
+    let first_v6 = addrs.iter().position(IpNetFamily::is_ipv6).unwrap();
     assert!(
-        addrs[first_v6..].iter().all(IpNet::is_ipv6),
+        addrs[first_v6..].iter().all(IpNetFamily::is_ipv6),
         "IPv4 first: {addrs:?}"
     );
 
@@ -1143,7 +1143,7 @@ pub fn link_down_drops_routes(net: &mut dyn Net, a: NsId, b: NsId) {
 }
 
 fn is_link_local(n: &IpNet) -> bool {
-    matches!(n.addr, IpAddr::V6(v6) if v6.is_unicast_link_local())
+    matches!(n.addr(), IpAddr::V6(v6) if v6.is_unicast_link_local())
 }
 
 pub fn delete_link_drops_addresses_and_routes(net: &mut dyn Net, a: NsId, b: NsId) {
