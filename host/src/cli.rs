@@ -282,6 +282,7 @@ fn daemon(d: DaemonArgs) -> Result<i32, String> {
     opts.max_concurrent = d.max_concurrent;
     opts.read_timeout = std::time::Duration::from_millis(d.read_timeout_ms);
     opts.json_log = d.json_log;
+    crate::daemon::init_log(opts.json_log);
     crate::daemon::serve(opts).map(|()| 0)
 }
 

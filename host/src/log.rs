@@ -10,6 +10,7 @@
 use std::cell::RefCell;
 use std::fmt::Display;
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -41,14 +42,37 @@ impl Level {
     }
 }
 
-fn max_level() -> Level {
-    static LEVEL: OnceLock<Level> = OnceLock::new();
+/// The level `WASM_CNI_LOG` names, if it names one.
+pub fn level_from_env() -> Option<Level> {
+    static LEVEL: OnceLock<Option<Level>> = OnceLock::new();
     *LEVEL.get_or_init(|| {
         std::env::var("WASM_CNI_LOG")
             .ok()
             .and_then(|v| Level::parse(&v))
-            .unwrap_or(DEFAULT_LEVEL)
     })
+}
+
+fn max_level() -> Level {
+    level_from_env().unwrap_or(DEFAULT_LEVEL)
+}
+
+/// Set once the daemon's `tracing` subscriber is in place: lines no request
+/// captures become its events.
+static TRACING: AtomicBool = AtomicBool::new(false);
+
+/// From now on, send what no request captures to `tracing` (the daemon's
+/// own log) instead of writing stderr lines.
+pub fn route_to_tracing() {
+    TRACING.store(true, Ordering::Relaxed);
+}
+
+fn event(level: Level, source: &str, message: &dyn Display) {
+    match level {
+        Level::Error => tracing::error!(source, "{message}"),
+        Level::Warn => tracing::warn!(source, "{message}"),
+        Level::Info => tracing::info!(source, "{message}"),
+        Level::Debug => tracing::debug!(source, "{message}"),
+    }
 }
 
 /// The default level when `WASM_CNI_LOG` says nothing usable.
@@ -93,6 +117,15 @@ pub fn enabled(level: Level) -> bool {
 pub fn log(level: Level, source: &str, message: impl Display) {
     if !enabled(level) {
         return;
+    }
+    let capturing = CAPTURE.with(|c| c.borrow().is_some());
+    if !capturing && TRACING.load(Ordering::Relaxed) {
+        let source = if source.is_empty() {
+            "wasm-cni"
+        } else {
+            source
+        };
+        return event(level, source, &message);
     }
     let line = if source.is_empty() {
         format!("wasm-cni {}: {message}\n", level.as_str())

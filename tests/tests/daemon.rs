@@ -149,7 +149,7 @@ fn the_daemon_answers_what_the_process_would() {
     assert!(
         n.daemon
             .log()
-            .contains(r#"ADD network="dnet32" container="b" ifname="eth0" -> ok"#),
+            .contains(r#"verb="ADD" network="dnet32" container_id="b" ifname="eth0" outcome="ok""#),
         "{}",
         n.daemon.log()
     );
@@ -490,7 +490,7 @@ fn a_daemon_and_per_invocation_processes_share_a_node() {
 
 #[test]
 fn metrics_count_requests_aborts_and_addresses() {
-    let Some(n) = node("dmet", &["--metrics", "tcp:127.0.0.1:19750"]) else {
+    let Some(n) = node("dmet", &["--metrics", "tcp:127.0.0.1:19750", "--json-log"]) else {
         return;
     };
     n.sb.install(&fixture("fx-hostile"), "fx-hostile");
@@ -523,6 +523,52 @@ fn metrics_count_requests_aborts_and_addresses() {
     }
     n.run(Invocation::new("DEL").id("m1"), &ctr, &conf)
         .assert_ok();
+    // The log, as a log shipper reads it: every line one JSON object, one
+    // event per request with its fields.
+    let log = n.daemon.log();
+    let events: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
+        .collect();
+    let requests: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["event"] == "request" && e["verb"] != "STATUS")
+        .collect();
+    assert_eq!(requests.len(), 3, "{log}");
+    let (ok, spin, del) = (requests[0], requests[1], requests[2]);
+    assert_eq!(
+        (
+            &ok["verb"],
+            &ok["network"],
+            &ok["container_id"],
+            &ok["outcome"],
+            &ok["code"]
+        ),
+        (
+            &json!("ADD"),
+            &json!("dnet37"),
+            &json!("m1"),
+            &json!("ok"),
+            &json!(0)
+        ),
+        "{ok}"
+    );
+    assert!(ok["ms"].as_f64().is_some_and(|ms| ms > 0.0), "{ok}");
+    assert_eq!(ok["level"], "INFO", "{ok}");
+    assert!(ok["timestamp"].is_string(), "{ok}");
+    assert_eq!(
+        (&spin["outcome"], &spin["code"]),
+        (&json!("error"), &json!(999))
+    );
+    assert!(
+        spin["steps"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("deadline"),
+        "{spin}"
+    );
+    assert_eq!(&del["verb"], "DEL");
+    assert!(events.iter().any(|e| e["event"] == "start"), "{log}");
     // Only from inside the node: the address is its loopback.
     assert!(!ctr.try_exec(&["bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/19750"]));
 }

@@ -47,6 +47,7 @@ impl DaemonSide {
             .arg("daemon")
             .arg("--socket")
             .arg(&socket)
+            .arg("--json-log")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(File::create(&log)?)
@@ -87,18 +88,20 @@ impl DaemonSide {
             }
         }
         *read += text.len() as u64;
-        let number = |l: &str, before: &str, after: &str| -> Option<f64> {
-            l.split_once(before)?.1.split_once(after)?.0.parse().ok()
-        };
         let mut out = Logged::default();
-        for line in text.lines() {
-            if let Some(ms) = number(line, "(cpu ", " ms)") {
-                out.cpu += Duration::from_secs_f64(ms / 1e3);
+        // One JSON object per line; a request's event carries its wall and
+        // CPU time.
+        for event in text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        {
+            if event["event"] != "request" {
+                continue;
             }
-            if line.contains(": ADD ") {
-                if let Some(ms) = number(line, "-> ok in ", " ms") {
-                    out.add_wall += Duration::from_secs_f64(ms / 1e3);
-                }
+            let ms = |key: &str| Duration::from_secs_f64(event[key].as_f64().unwrap_or(0.0) / 1e3);
+            out.cpu += ms("cpu_ms");
+            if event["verb"] == "ADD" && event["outcome"] == "ok" {
+                out.add_wall += ms("ms");
             }
         }
         out

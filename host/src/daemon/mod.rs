@@ -29,7 +29,7 @@ pub mod wire;
 
 use std::collections::HashMap;
 use std::fs;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::cni::{CniError, Command, ErrorCode};
 use crate::edge::{self, Host, Outcome};
@@ -115,24 +115,20 @@ pub fn serve(opts: Options) -> Result<(), String> {
         true => shared.opts.socket.display().to_string(),
         false => "the socket systemd passed".to_string(),
     };
-    daemon_log(
-        &shared.opts,
-        &format!("listening on {on}"),
-        json!({"event": "start", "socket": on}),
-    );
+    tracing::info!(event = "start", socket = on.as_str(), "listening on {on}");
     accept_loop(&shared, &listener, &wake_read);
     shared.stopping.store(true, Ordering::SeqCst);
     drop(listener);
     if owned {
         let _ = fs::remove_file(&shared.opts.socket);
     }
-    daemon_log(
-        &shared.opts,
-        "stopping: finishing the requests in flight",
-        json!({"event": "stopping", "inFlight": shared.slots.busy()}),
+    tracing::info!(
+        event = "stopping",
+        in_flight = shared.slots.busy(),
+        "stopping: finishing the requests in flight"
     );
     shared.slots.wait_idle();
-    daemon_log(&shared.opts, "stopped", json!({"event": "stop"}));
+    tracing::info!(event = "stop", "stopped");
     Ok(())
 }
 
@@ -186,11 +182,7 @@ fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener, wake: &OwnedFd) {
 /// Why a connection got no service.
 fn refuse(shared: &Shared, stream: &mut UnixStream, reason: &'static str, detail: String) {
     shared.metrics.refused(reason);
-    daemon_log(
-        &shared.opts,
-        &format!("refused a connection: {detail}"),
-        json!({"event": "refused", "reason": reason, "detail": detail}),
-    );
+    tracing::warn!(event = "refused", reason, "refused a connection: {detail}");
     let e = CniError::new(ErrorCode::Internal, format!("wasm-cni daemon: {detail}"));
     let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
     let _ = Response {
@@ -316,7 +308,7 @@ fn handle(shared: &Shared, mut stream: UnixStream) {
     let took = started.elapsed();
     let cpu = thread_cpu().saturating_sub(cpu_started);
     shared.metrics.observe(&out.report, took);
-    request_log(&shared.opts, &out, took, cpu, sent.err());
+    request_log(&out, took, cpu, sent.err());
 }
 
 /// The network a request is for, to order requests per attachment.
@@ -350,20 +342,10 @@ impl Read for DeadlineReader<'_> {
 
 /// One line per request: verb, network, container id, ifname, outcome,
 /// total time and time per plugin.
-fn request_log(
-    opts: &Options,
-    out: &Outcome,
-    took: Duration,
-    cpu: Duration,
-    send: Option<io::Error>,
-) {
+fn request_log(out: &Outcome, took: Duration, cpu: Duration, send: Option<io::Error>) {
     let r = &out.report;
     let verb = r.command.map_or("?", Command::as_str);
-    let outcome = match r.error_code {
-        None => "ok".to_string(),
-        Some(c) => format!("error {c}"),
-    };
-    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let ms = |d: Duration| (d.as_secs_f64() * 1e5).round() / 100.0;
     let steps: Vec<String> = r
         .steps
         .iter()
@@ -372,52 +354,52 @@ fn request_log(
             format!("{} {} {:.1} ms{abort}", s.plugin, s.verb, ms(s.duration))
         })
         .collect();
-    let unsent = send
-        .as_ref()
-        .map(|e| format!("; the answer was not delivered: {e}"));
-    let text = format!(
-        "{verb} network={:?} container={:?} ifname={:?} -> {outcome} in {:.1} ms (cpu {:.2} ms) [{}]{}",
-        r.network,
-        r.container_id,
-        r.ifname,
-        ms(took),
-        ms(cpu),
-        steps.join(", "),
-        unsent.clone().unwrap_or_default()
-    );
-    let steps_json: Vec<Value> = r
-        .steps
-        .iter()
-        .map(
-            |s| json!({"plugin": s.plugin, "verb": s.verb, "ms": ms(s.duration), "abort": s.abort}),
-        )
-        .collect();
-    daemon_log(
-        opts,
-        &text,
-        json!({
-            "event": "request", "verb": verb, "network": r.network,
-            "containerID": r.container_id, "ifname": r.ifname,
-            "outcome": if r.error_code.is_none() { "ok" } else { "error" },
-            "code": r.error_code, "ms": ms(took), "cpuMs": ms(cpu), "steps": steps_json,
-            "undelivered": unsent,
-        }),
+    let outcome = if r.error_code.is_none() {
+        "ok"
+    } else {
+        "error"
+    };
+    tracing::info!(
+        event = "request",
+        verb,
+        network = r.network.as_str(),
+        container_id = r.container_id.as_str(),
+        ifname = r.ifname.as_str(),
+        outcome,
+        code = r.error_code.unwrap_or(0),
+        ms = ms(took),
+        cpu_ms = ms(cpu),
+        steps = steps.join(", ").as_str(),
+        undelivered = send.map(|e| e.to_string()),
+        "served"
     );
 }
 
-/// The daemon's own lines on its stderr (the journal under systemd), as
-/// text or as one JSON object per line for log shippers.
-fn daemon_log(opts: &Options, text: &str, fields: Value) {
-    let line = if opts.json_log {
-        let mut fields = fields;
-        if let Value::Object(m) = &mut fields {
-            m.insert("ts".into(), json!(crate::state::now_ms()));
-        }
-        fields.to_string()
-    } else {
-        format!("wasm-cni daemon: {text}")
+/// The daemon's own log on stderr (the journal under systemd): `tracing`
+/// events at the level `WASM_CNI_LOG` names (default `info`: one line per
+/// request), as text or, with `--json-log`, one JSON object per line for
+/// log shippers. What a request logs still goes back to its client.
+pub fn init_log(json: bool) {
+    use tracing_subscriber::filter::LevelFilter;
+    let level = match log::level_from_env().unwrap_or(Level::Info) {
+        Level::Error => LevelFilter::ERROR,
+        Level::Warn => LevelFilter::WARN,
+        Level::Info => LevelFilter::INFO,
+        Level::Debug => LevelFilter::DEBUG,
     };
-    let _ = writeln!(io::stderr().lock(), "{line}");
+    let fmt = tracing_subscriber::fmt()
+        .with_writer(io::stderr)
+        .with_max_level(level)
+        .with_target(false)
+        .with_ansi(false);
+    let set = if json {
+        fmt.json().flatten_event(true).try_init()
+    } else {
+        fmt.try_init()
+    };
+    if set.is_ok() {
+        log::route_to_tracing();
+    }
 }
 
 type Key = (String, String, String);
