@@ -80,6 +80,47 @@ enum Cmd {
     /// "require" (see the README). Stops on SIGTERM or SIGINT once the
     /// requests in flight are done.
     Daemon(DaemonArgs),
+    /// Tools for plugin authors.
+    #[cfg(feature = "fake")]
+    #[command(subcommand)]
+    Plugin(PluginCmd),
+}
+
+#[cfg(feature = "fake")]
+#[derive(Subcommand)]
+enum PluginCmd {
+    /// Check a component against the CNI contract as an ordinary user, in
+    /// the in-memory kernel model: ADD gives a result valid for the
+    /// version, CHECK passes after it, DEL (also a second one, and one
+    /// after the namespace is gone) and GC with no valid attachments leave
+    /// nothing behind, STATUS answers. Exits 1 if a property fails.
+    Test(PluginTestArgs),
+}
+
+#[cfg(feature = "fake")]
+#[derive(clap::Args)]
+struct PluginTestArgs {
+    /// The component; its file stem is its `type`, and IPAM delegates are
+    /// loaded from its directory.
+    plugin: PathBuf,
+    /// The plugin's own config, as a reference plugin reads it on stdin.
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+    /// `CNI_ARGS`, e.g. `IP=10.1.2.3;K8S_POD_NAME=web`.
+    #[arg(long, value_name = "ARGS")]
+    cni_args: Option<String>,
+    /// Capability arguments (`runtimeConfig`), a JSON object or @FILE.
+    #[arg(long, value_name = "JSON")]
+    capability_args: Option<String>,
+    /// A `prevResult` for a chained plugin, a JSON object or @FILE.
+    #[arg(long, value_name = "JSON")]
+    prev_result: Option<String>,
+    /// Test at this cniVersion instead of the config's.
+    #[arg(long, value_name = "VERSION")]
+    cni_version: Option<String>,
+    /// One JSON document instead of a line per property.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args)]
@@ -180,6 +221,8 @@ pub fn main() -> i32 {
         Cmd::Compile(d) => plugins(&d, true),
         Cmd::Ipam(c) => ipam(c),
         Cmd::Daemon(d) => daemon(d),
+        #[cfg(feature = "fake")]
+        Cmd::Plugin(PluginCmd::Test(t)) => plugin_test(t),
     };
     match result {
         Ok(code) => code,
@@ -385,6 +428,50 @@ fn plugin_names(dir: &Path) -> Result<Vec<String>, String> {
             Some(p.file_stem()?.to_str()?.to_string())
         })
         .collect())
+}
+
+/// A JSON argument given inline or as `@FILE`.
+#[cfg(feature = "fake")]
+fn json_arg(what: &str, text: &str) -> Result<Value, String> {
+    let text = match text.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path).map_err(|e| format!("{what}: {path}: {e}"))?,
+        None => text.to_string(),
+    };
+    serde_json::from_str(&text).map_err(|e| format!("{what}: {e}"))
+}
+
+#[cfg(feature = "fake")]
+fn plugin_test(t: PluginTestArgs) -> Result<i32, String> {
+    let config = json_arg("--config", &format!("@{}", t.config.display()))?;
+    let args = t
+        .cni_args
+        .as_deref()
+        .unwrap_or_default()
+        .split(';')
+        .filter(|kv| !kv.is_empty())
+        .map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .ok_or_else(|| format!("--cni-args: {kv:?} is not KEY=VALUE"))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let opts = crate::plugin_test::Options {
+        plugin: t.plugin,
+        config,
+        args,
+        capability_args: t
+            .capability_args
+            .map(|c| json_arg("--capability-args", &c))
+            .transpose()?,
+        prev_result: t
+            .prev_result
+            .map(|p| json_arg("--prev-result", &p))
+            .transpose()?,
+        cni_version: t.cni_version,
+    };
+    let verdicts = crate::plugin_test::run(&opts)?;
+    print!("{}", crate::plugin_test::render(&verdicts, t.json));
+    Ok(if verdicts.iter().all(|v| v.ok) { 0 } else { 1 })
 }
 
 #[cfg(test)]

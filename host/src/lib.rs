@@ -19,6 +19,8 @@ pub mod filter;
 mod fsutil;
 pub mod log;
 pub mod net;
+#[cfg(feature = "fake")]
+pub mod plugin_test;
 pub mod sandbox;
 pub mod state;
 pub mod store;

@@ -115,6 +115,18 @@ impl Executor {
         }
     }
 
+    /// Run against backends shared with other executors (`plugin test`
+    /// makes one per verb over one kernel model).
+    pub fn with_shared(
+        mut self,
+        net: Arc<Mutex<Box<dyn Net>>>,
+        filter: Option<Arc<Mutex<Box<dyn Filter>>>>,
+    ) -> Self {
+        self.net = net;
+        self.filter = filter;
+        self
+    }
+
     /// Let `type`s without a component run as executables from `cni_path`.
     pub fn with_cni_path(mut self, cni_path: Vec<PathBuf>) -> Self {
         self.cni_path = cni_path;

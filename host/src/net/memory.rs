@@ -34,7 +34,9 @@
 //!   same destination and priority in the same table.
 //! * sysctls: a per-namespace map holding a few keys with their kernel
 //!   defaults (`net.ipv4.ip_forward`, `net.ipv{4,6}.conf.{all,default,IF}.*`
-//!   for forwarding, `rp_filter`, `proxy_arp`, `disable_ipv6`, `accept_ra`);
+//!   for forwarding, `rp_filter`, `proxy_arp`, `arp_notify`, `arp_ignore`,
+//!   `arp_announce`, `route_localnet`, `disable_ipv6`, `accept_ra`,
+//!   `accept_dad`);
 //!   other keys are `NotFound` until [`MemoryNet::define_sysctl`] adds them.
 //!   Values must be integers. `ip_forward` and `conf.all.forwarding` are one
 //!   switch that also sets every link's, as in the kernel. (A real new
@@ -156,6 +158,86 @@ impl MemoryNet {
             .sysctls
             .insert(key.to_string(), value.trim().to_string());
         Ok(())
+    }
+
+    /// A physical-like link (an uplink) in `ns`, up, as a node has one.
+    pub fn add_device(
+        &mut self,
+        ns: NsId,
+        name: &str,
+        mtu: u32,
+        mac: Option<&str>,
+    ) -> Result<LinkInfo, NetError> {
+        self.name_free(ns, name)?;
+        if let Some(m) = mac {
+            parse_mac(m)?;
+        }
+        let link = self.new_link(name, "device", mtu, mac);
+        let i = self.insert(ns, link)?;
+        self.set_up((ns, i), true);
+        self.info((ns, i))
+    }
+
+    /// Delete the namespace at `path` as `ip netns del` and the last
+    /// process leaving it would: its links go (a veth's peer elsewhere
+    /// with it) and the path no longer opens. False if there was none.
+    pub fn remove_namespace(&mut self, path: &std::path::Path) -> bool {
+        let Some(id) = self.paths.remove(path) else {
+            return false;
+        };
+        let links: Vec<u32> = self.nss[slot(id)].links.keys().copied().collect();
+        for index in links {
+            self.remove((id, index));
+        }
+        self.nss[slot(id)] = MemNs::new();
+        true
+    }
+
+    /// What the namespace `ns` holds, one line per fact, equal when the
+    /// kernel would look the same: links with their settings, addresses and
+    /// qdiscs, routes, and the sysctls that differ from a fresh namespace's.
+    pub fn dump(&self, ns: NsId) -> Vec<String> {
+        let fresh = MemNs::new();
+        let mut out = Vec::new();
+        if let Some(n) = self.nss.get(slot(ns)) {
+            for l in n.links.values() {
+                let i = &l.info;
+                let master = i
+                    .master
+                    .and_then(|m| n.links.get(&m))
+                    .map_or("-", |m| m.info.name.as_str());
+                let addrs: Vec<String> = l.addrs.iter().map(ToString::to_string).collect();
+                out.push(format!(
+                    "link {} {} {} mtu {} {} master {} promisc {} allmulti {} txqlen {} hairpin {} mac {} addrs [{}] qdiscs {:?} redirect {:?}",
+                    i.index,
+                    i.name,
+                    i.kind,
+                    i.mtu,
+                    if i.up { "up" } else { "down" },
+                    master,
+                    i.promisc,
+                    i.allmulti,
+                    i.txqlen,
+                    l.hairpin,
+                    i.mac,
+                    addrs.join(" "),
+                    l.qdiscs,
+                    l.redirect,
+                ));
+            }
+            for r in &n.routes {
+                out.push(format!(
+                    "route {:?} oif {} kernel {}",
+                    r.route, r.oif, r.kernel
+                ));
+            }
+            for (k, v) in &n.sysctls {
+                if fresh.sysctls.get(k) != Some(v) {
+                    out.push(format!("sysctl {k} = {v}"));
+                }
+            }
+        }
+        out
     }
 
     /// Bridge-port hairpin mode of a link, which [`LinkInfo`] does not carry.
@@ -531,6 +613,17 @@ impl MemNs {
             ("net.ipv6.conf.default.disable_ipv6", "0"),
             ("net.ipv6.conf.all.accept_ra", "1"),
             ("net.ipv6.conf.default.accept_ra", "1"),
+            // What tuning configs and portmap's hairpin commonly set.
+            ("net.ipv4.conf.all.arp_notify", "0"),
+            ("net.ipv4.conf.default.arp_notify", "0"),
+            ("net.ipv4.conf.all.arp_ignore", "0"),
+            ("net.ipv4.conf.default.arp_ignore", "0"),
+            ("net.ipv4.conf.all.arp_announce", "0"),
+            ("net.ipv4.conf.default.arp_announce", "0"),
+            ("net.ipv4.conf.all.route_localnet", "0"),
+            ("net.ipv4.conf.default.route_localnet", "0"),
+            ("net.ipv6.conf.all.accept_dad", "1"),
+            ("net.ipv6.conf.default.accept_dad", "1"),
         ] {
             ns.sysctls.insert(k.to_string(), v.to_string());
         }
@@ -655,6 +748,10 @@ impl MemNs {
 }
 
 impl Net for MemoryNet {
+    fn as_memory(&mut self) -> Option<&mut MemoryNet> {
+        Some(self)
+    }
+
     fn open(&mut self, ns: NsRef<'_>) -> Result<NsId, NetError> {
         match ns {
             NsRef::Current => Ok(NsId(0)),

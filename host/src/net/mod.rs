@@ -323,6 +323,13 @@ pub const RT_SCOPE_HOST: u8 = 254;
 /// Kernel networking effects on opened namespaces. Every method addresses a
 /// namespace by an [`NsId`] from [`Net::open`] and links by name within it.
 pub trait Net: Send {
+    /// The in-memory model behind this backend, if it is one (for
+    /// `plugin test`, which inspects and changes the model between calls).
+    #[cfg(any(test, feature = "fake"))]
+    fn as_memory(&mut self) -> Option<&mut MemoryNet> {
+        None
+    }
+
     /// Open a network namespace. `NotFound` if the path does not exist or is
     /// not a network namespace.
     fn open(&mut self, ns: NsRef<'_>) -> Result<NsId, NetError>;

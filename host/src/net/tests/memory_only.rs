@@ -25,6 +25,36 @@ fn namespaces_are_opened_by_path() {
     assert_eq!(net.links(node).unwrap().len(), 1);
 }
 
+/// What `plugin test` relies on: a namespace removed takes its links and
+/// their veth peers with it, its path no longer opens, and `dump` tells
+/// states apart.
+#[test]
+fn a_removed_namespace_takes_its_veths_and_dump_shows_it() {
+    let mut net = MemoryNet::new();
+    let node = net.open(NsRef::Current).unwrap();
+    let path = Path::new("/run/netns/gone");
+    let ctr = net.add_namespace(path);
+    net.add_device(node, "up0", 1500, Some("02:00:00:00:00:09"))
+        .unwrap();
+    let before = net.dump(node);
+    net.create_veth(node, "vh0", "eth0", ctr, None, None)
+        .unwrap();
+    assert_ne!(net.dump(node), before);
+    assert!(net.dump(ctr).iter().any(|l| l.contains(" eth0 veth ")));
+    assert!(net.remove_namespace(path));
+    assert!(!net.remove_namespace(path));
+    assert!(matches!(
+        net.open(NsRef::Path(path)),
+        Err(NetError::NotFound(_))
+    ));
+    assert!(matches!(
+        net.link_by_name(node, "vh0"),
+        Err(NetError::NotFound(_))
+    ));
+    assert_eq!(net.dump(node), before);
+    assert!(before.iter().any(|l| l.contains("up0 device mtu 1500 up")));
+}
+
 #[test]
 fn hairpin_and_tap_owner_are_recorded() {
     let (mut net, a, b) = memory_env();
