@@ -121,6 +121,10 @@ struct PluginTestArgs {
     /// One JSON document instead of a line per property.
     #[arg(long)]
     json: bool,
+    /// Also fail each host call of ADD (then DEL) and of DEL (then DEL
+    /// again) in turn: nothing may be left behind after any of them.
+    #[arg(long)]
+    faults: bool,
 }
 
 #[derive(clap::Args)]
@@ -468,6 +472,7 @@ fn plugin_test(t: PluginTestArgs) -> Result<i32, String> {
             .map(|p| json_arg("--prev-result", &p))
             .transpose()?,
         cni_version: t.cni_version,
+        faults: t.faults,
     };
     let verdicts = crate::plugin_test::run(&opts)?;
     print!("{}", crate::plugin_test::render(&verdicts, t.json));

@@ -20,7 +20,7 @@ use crate::cni::{config, result, version, CniError, Command};
 use crate::error::HostError;
 use crate::filter::{Filter, MemoryFilter};
 use crate::net::{parse_cidr, MemoryNet, Net, NsRef, Route};
-use crate::sandbox::Runtime;
+use crate::sandbox::{Faults, Runtime};
 use crate::state::{AttachmentRecords, MemoryRecords};
 use crate::store::{MemoryStore, Scope, StateStore};
 
@@ -43,6 +43,8 @@ pub struct Options {
     pub prev_result: Option<Value>,
     /// Overrides the config's `cniVersion`.
     pub cni_version: Option<String>,
+    /// Also inject a failure at every host call of ADD and of DEL.
+    pub faults: bool,
 }
 
 /// One property's outcome.
@@ -87,7 +89,8 @@ fn cni(e: HostError) -> String {
 }
 
 impl World {
-    fn new(opts: &Options) -> Result<World, String> {
+    /// A fresh model; `runtime` reuses loaded components across worlds.
+    fn new(opts: &Options, runtime: Option<Arc<Runtime>>) -> Result<World, String> {
         let stem = opts
             .plugin
             .file_stem()
@@ -141,7 +144,10 @@ impl World {
         if let Some(rc) = &opts.capability_args {
             conf["runtimeConfig"] = rc.clone();
         }
-        let runtime = Runtime::new(&dir, None).map_err(|e| format!("the engine: {e:#}"))?;
+        let runtime = match runtime {
+            Some(r) => r,
+            None => Arc::new(Runtime::new(&dir, None).map_err(|e| format!("the engine: {e:#}"))?),
+        };
         let mut model = MemoryNet::new();
         model.add_namespace(NETNS);
         let node = model.open(NsRef::Current).map_err(err)?;
@@ -160,7 +166,7 @@ impl World {
             )
             .map_err(err)?;
         let world = World {
-            runtime: Arc::new(runtime),
+            runtime,
             conf,
             net: Arc::new(Mutex::new(Box::new(model))),
             filter: Arc::new(Mutex::new(Box::new(MemoryFilter::new()))),
@@ -207,6 +213,15 @@ impl World {
     }
 
     fn executor(&self, command: Command, valid: Option<Value>) -> Result<Executor, String> {
+        self.executor_with(command, valid, None)
+    }
+
+    fn executor_with(
+        &self,
+        command: Command,
+        valid: Option<Value>,
+        faults: Option<Arc<Faults>>,
+    ) -> Result<Executor, String> {
         let mut conf = self.conf.clone();
         if let Some(v) = valid {
             conf["cni.dev/valid-attachments"] = v;
@@ -220,6 +235,10 @@ impl World {
             Box::new(MemoryNet::new()),
         )
         .with_shared(self.net.clone(), Some(self.filter.clone())))
+        .map(|e| match faults {
+            Some(f) => e.with_faults(f),
+            None => e,
+        })
     }
 
     fn snapshot(&self) -> Result<Snapshot, String> {
@@ -392,7 +411,7 @@ impl Run {
 /// Run every property; `Err` only when the test cannot start (a config
 /// that is not JSON, a component that does not load).
 pub fn run(opts: &Options) -> Result<Vec<Verdict>, String> {
-    let world = World::new(opts)?;
+    let world = World::new(opts, None)?;
     let version = world.conf["cniVersion"]
         .as_str()
         .unwrap_or(version::CURRENT)
@@ -535,7 +554,151 @@ pub fn run(opts: &Options) -> Result<Vec<Verdict>, String> {
             });
         run.say("status", status);
     }
+    if opts.faults {
+        let runtime = world.runtime.clone();
+        for verb in [Command::Add, Command::Del] {
+            let report = sweep(opts, &runtime, verb, &initial, &settled)?;
+            let property = match verb {
+                Command::Add => "faults-add",
+                _ => "faults-del",
+            };
+            let outcome = if report.leaks.is_empty() {
+                Ok(format!("{} injection points, 0 leaks", report.points))
+            } else {
+                Err(format!(
+                    "{} injection points, {} leak(s): {}",
+                    report.points,
+                    report.leaks.len(),
+                    report.leaks.join("; ")
+                ))
+            };
+            run.say(property, outcome);
+        }
+    }
     Ok(run.verdicts)
+}
+
+/// What a fault sweep of one verb found.
+struct Sweep {
+    points: u64,
+    leaks: Vec<String>,
+}
+
+/// The attachment's own state left over, in words.
+fn attachment_left(initial: &Snapshot, after: &Snapshot) -> Option<String> {
+    leftovers(initial, after, false)
+}
+
+/// Node state beyond what it held before ADD or keeps after a clean DEL.
+fn node_extra(initial: &Snapshot, settled: &Snapshot, after: &Snapshot) -> Option<String> {
+    let mut out = Vec::new();
+    let allowed: BTreeSet<&str> = initial
+        .node
+        .iter()
+        .chain(&settled.node)
+        .map(String::as_str)
+        .collect();
+    let extra: Vec<&str> = after
+        .node
+        .iter()
+        .map(String::as_str)
+        .filter(|l| !allowed.contains(l))
+        .collect();
+    if !extra.is_empty() {
+        out.push(format!("the node has {extra:?}"));
+    }
+    (!out.is_empty()).then(|| out.join("; "))
+}
+
+/// For every N, fail the Nth host call of `verb` in a fresh model: after an
+/// ADD fault, DEL must succeed and leave nothing; after a DEL fault, a
+/// second DEL must.
+fn sweep(
+    opts: &Options,
+    runtime: &Arc<Runtime>,
+    verb: Command,
+    initial: &Snapshot,
+    settled: &Snapshot,
+) -> Result<Sweep, String> {
+    let att = attachment(opts, 0, true);
+    let add = |w: &World, faults: Option<Arc<Faults>>| {
+        w.executor_with(Command::Add, None, faults)
+            .and_then(|e| e.add(&att).map(|_| ()).map_err(cni))
+    };
+    let del = |w: &World, faults: Option<Arc<Faults>>| {
+        w.executor_with(Command::Del, None, faults)
+            .and_then(|e| e.del(&att).map_err(cni))
+    };
+    // How many calls the verb makes when nothing fails.
+    let count = Arc::new(Faults::at(0));
+    let w = World::new(opts, Some(runtime.clone()))?;
+    match verb {
+        Command::Add => add(&w, Some(count.clone()))?,
+        _ => {
+            add(&w, None)?;
+            del(&w, Some(count.clone()))?;
+        }
+    }
+    let points = count.seen();
+    let mut leaks = Vec::new();
+    for n in 1..=points {
+        let w = World::new(opts, Some(runtime.clone()))?;
+        let faults = Arc::new(Faults::at(n));
+        let first = match verb {
+            Command::Add => add(&w, Some(faults.clone())),
+            _ => add(&w, None).and_then(|()| del(&w, Some(faults.clone()))),
+        };
+        let Some(what) = faults.hit() else {
+            leaks.push(format!(
+                "call {n} never came (the plugin's calls vary from run to run)"
+            ));
+            break;
+        };
+        let verb_name = if verb == Command::Add { "ADD" } else { "DEL" };
+        let cleanup = del(&w, None);
+        let after = w.snapshot()?;
+        let why = match &cleanup {
+            Err(e) => Some(format!("the DEL after it failed: {e}")),
+            Ok(()) => match attachment_left(initial, &after) {
+                Some(left) => Some(left),
+                // A shared object a failed call left half-configured (a
+                // bridge's accept_ra) is fine if the next clean ADD and DEL
+                // of another container put it right.
+                None => match node_extra(initial, settled, &after) {
+                    None => None,
+                    Some(extra) => {
+                        let other = attachment(opts, 1, true);
+                        let healed = w
+                            .executor(Command::Add, None)
+                            .and_then(|e| e.add(&other).map(|_| ()).map_err(cni))
+                            .and_then(|()| {
+                                w.executor(Command::Del, None)
+                                    .and_then(|e| e.del(&other).map_err(cni))
+                            })
+                            .and_then(|()| w.snapshot())
+                            .map(|s| node_extra(initial, settled, &s));
+                        match healed {
+                            Ok(None) => None,
+                            Ok(Some(_)) => {
+                                Some(format!("{extra}, still after another ADD and DEL"))
+                            }
+                            Err(e) => Some(format!("{extra}; the next ADD and DEL: {e}")),
+                        }
+                    }
+                },
+            },
+        };
+        if let Some(why) = why {
+            let outcome = match first {
+                Ok(()) => "succeeded anyway".to_string(),
+                Err(e) => e,
+            };
+            leaks.push(format!(
+                "{verb_name} with call {n} ({what}) failing [{outcome}]: {why}"
+            ));
+        }
+    }
+    Ok(Sweep { points, leaks })
 }
 
 /// The verdicts as the command prints them: one line per property, or one

@@ -111,19 +111,76 @@ fn every_bundled_plugin_passes_with_a_typical_config() {
         ("firewall", &[], json!({"cniVersion": "1.1.0", "name": "ptfw", "type": "firewall"}),
             vec!["--prev-result".into(), prev.clone()]),
     ];
+    let mut points = 0;
     for (name, delegates, config, extra) in cases {
-        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let mut extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        extra.push("--faults");
         let run = plugin_test(&plugin(name), delegates, config, &extra);
         run.assert_all_pass(name);
-        for property in ["add", "check", "del", "del-again", "del-without-netns"] {
+        for property in [
+            "add",
+            "check",
+            "del",
+            "del-again",
+            "del-without-netns",
+            "faults-add",
+            "faults-del",
+        ] {
             assert!(run.passed(property), "{name} {property}");
         }
+        // Every plugin here makes host calls in ADD, each one a point
+        // where a failure was injected and cleaned up after.
+        let add: u64 = run
+            .line("faults-add")
+            .split_whitespace()
+            .nth(2)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        assert!(add > 0, "{name}: {}", run.line("faults-add"));
+        points += add;
+        eprintln!(
+            "{name}: {} | {}",
+            run.line("faults-add"),
+            run.line("faults-del")
+        );
         assert!(
             run.took < Duration::from_secs(5),
             "{name} took {:?}",
             run.took
         );
     }
+    eprintln!("fault injection: {points} ADD injection points over the bundled plugins, 0 leaks");
+}
+
+/// The injection points are the plugin's host calls that reach the
+/// kernel: a strict fx-net with three reads in ADD and two in DEL has
+/// exactly those, and each failure ends its verb with the kernel's error.
+#[test]
+fn every_host_call_is_an_injection_point() {
+    let read = json!({"op": "get-sysctl", "ns": "node", "key": "net.ipv4.ip_forward"});
+    let run = plugin_test(
+        &fixture("fx-net"),
+        &[],
+        json!({"cniVersion": "1.1.0", "name": "ptcount", "type": "fx-net", "strict": true,
+               "ops": [read, read, read], "delOps": [read, read]}),
+        &["--faults", "--json"],
+    );
+    let v: Value =
+        serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {}", run.stdout));
+    let detail = |p: &str| {
+        v["properties"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["property"] == p)
+            .unwrap()["detail"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(detail("faults-add"), "3 injection points, 0 leaks", "{v}");
+    assert_eq!(detail("faults-del"), "2 injection points, 0 leaks", "{v}");
+    assert_eq!(v["passed"], true, "{v}");
 }
 
 #[test]

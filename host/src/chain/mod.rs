@@ -36,8 +36,8 @@ use crate::log;
 use crate::net::{IpNet, LinkId, Net};
 use crate::sandbox::policy::{ConfigGrants, PortGrant, Side, DEFAULT_MASTER_TYPES};
 use crate::sandbox::{
-    convert, wit, Call, CallError, CreatedLinks, FilterAccess, Holder, Ledger, Limits, NetAccess,
-    OnCreated, Runtime,
+    convert, wit, Call, CallError, CreatedLinks, Faults, FilterAccess, Holder, Ledger, Limits,
+    NetAccess, OnCreated, Runtime,
 };
 use crate::state::{now_ms, AttachmentRecord, AttachmentRecords, Lock, RecordedLink, RECORD_KIND};
 use crate::store::StateStore;
@@ -69,6 +69,7 @@ pub struct Executor {
     cni_path: Vec<PathBuf>,
     /// Every plugin call made so far, in order.
     steps: Steps,
+    faults: Option<Arc<Faults>>,
 }
 
 /// Where plugin calls are reported, IPAM delegates' included.
@@ -112,6 +113,7 @@ impl Executor {
             on_created: Mutex::new(None),
             cni_path: Vec::new(),
             steps: Steps::default(),
+            faults: None,
         }
     }
 
@@ -124,6 +126,13 @@ impl Executor {
     ) -> Self {
         self.net = net;
         self.filter = filter;
+        self
+    }
+
+    /// Fail one host call of this executor's chain calls (`plugin test
+    /// --faults`).
+    pub fn with_faults(mut self, faults: Arc<Faults>) -> Self {
+        self.faults = Some(faults);
         self
     }
 
@@ -828,7 +837,7 @@ impl Executor {
         valid: Option<&[wit::Attachment]>,
     ) -> StepServices {
         let entry = step.entry;
-        StepServices::new(
+        let mut services = StepServices::new(
             self.runtime.clone(),
             (step.index, self.steps.clone()),
             self.store.clone(),
@@ -839,7 +848,9 @@ impl Executor {
             command,
             request,
             valid,
-        )
+        );
+        services.faults = self.faults.clone();
+        services
     }
 
     fn plugin_config(

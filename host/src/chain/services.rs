@@ -11,8 +11,8 @@ use crate::cni::config::{ChainEntry, Limits as ConfLimits};
 use crate::cni::{CniError, Command, ErrorCode};
 use crate::error::HostError;
 use crate::sandbox::{
-    convert, wit, Call, CallError, CniResultWit, IpamOp, Limits, NetAccess, Runtime, Services,
-    StoreAccess,
+    convert, wit, Call, CallError, CniResultWit, Faults, IpamOp, Limits, NetAccess, Runtime,
+    Services, StoreAccess,
 };
 use crate::store::{Owner, Scope, StateStore};
 
@@ -39,6 +39,8 @@ pub(super) struct StepServices {
     cni_version: String,
     /// Set while the delegate holds an allocation made during this step.
     held: Mutex<Option<String>>,
+    /// Shared with the delegate: calls are counted across the chain.
+    pub(super) faults: Option<Arc<Faults>>,
 }
 
 impl StepServices {
@@ -96,6 +98,7 @@ impl StepServices {
                 .and_then(|v| v.get("cniVersion")?.as_str().map(str::to_string))
                 .unwrap_or_default(),
             held: Mutex::new(None),
+            faults: None,
         }
     }
 
@@ -191,6 +194,7 @@ impl StepServices {
             cni_path: Vec::new(),
             cni_version: self.cni_version.clone(),
             held: Mutex::new(None),
+            faults: self.faults.clone(),
         });
         let started = Instant::now();
         let outcome = self.runtime.call(&plugin, limits, inner, call);
@@ -224,6 +228,10 @@ fn allowed(command: Command, op: IpamOp) -> bool {
 impl Services for StepServices {
     fn net(&self) -> Option<NetAccess> {
         self.net.clone()
+    }
+
+    fn faults(&self) -> Option<Arc<Faults>> {
+        self.faults.clone()
     }
 
     fn store(&self) -> Option<StoreAccess> {

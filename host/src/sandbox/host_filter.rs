@@ -120,6 +120,17 @@ impl Ctx {
                 return Ok(Err(self.refuse_filter(&why)));
             }
         }
+        if self.inject(|| {
+            format!(
+                "filter {op:?} {}",
+                parsed.first().map(ToString::to_string).unwrap_or_default()
+            )
+        }) {
+            return Ok(Err(WitError::Kernel((
+                super::faults::ENOMEM,
+                "Cannot allocate memory (injected)".into(),
+            ))));
+        }
         let mut backend = match fa.backend.lock() {
             Ok(b) => b,
             Err(_) => return Err(wasmtime::Error::msg("filter backend poisoned")),

@@ -244,6 +244,43 @@ enum Ask<'a> {
     CreateIfb(Side, &'a str),
 }
 
+/// The call, for a fault report: `create veth0 (node)`.
+fn describe(asks: &[Ask<'_>]) -> String {
+    let side = |s: &Side| s.as_str();
+    let parts: Vec<String> = asks
+        .iter()
+        .map(|a| match a {
+            Ask::Read => "read".to_string(),
+            Ask::Create(s, n) | Ask::CreateTap(s, n, ..) | Ask::CreateMacvlan(s, n, _) => {
+                format!("create {n} ({})", side(s))
+            }
+            Ask::Change(s, _, n) => format!("change {n} ({})", side(s)),
+            Ask::Enslave(s, _, n) => format!("enslave to {n} ({})", side(s)),
+            Ask::Delete(s, _, n) => format!("delete {n} ({})", side(s)),
+            Ask::Address(s, _, n, a, add) => {
+                format!(
+                    "{} address {a} on {n} ({})",
+                    if *add { "add" } else { "del" },
+                    side(s)
+                )
+            }
+            Ask::Route(s, _, n, d, _, add) => {
+                format!(
+                    "{} route {d} dev {n} ({})",
+                    if *add { "add" } else { "del" },
+                    side(s)
+                )
+            }
+            Ask::Sysctl(s, _, k, w) => {
+                format!("{} {k} ({})", if *w { "set" } else { "get" }, side(s))
+            }
+            Ask::Shape(s, _, n) => format!("shape {n} ({})", side(s)),
+            Ask::CreateIfb(s, n) => format!("create ifb {n} ({})", side(s)),
+        })
+        .collect();
+    format!("network {}", parts.join(", "))
+}
+
 impl Ask<'_> {
     fn verdict(&self, g: &Grants) -> Result<Basis, String> {
         match *self {
@@ -398,6 +435,12 @@ impl Ctx {
             journal
                 .asks
                 .push(place.map(|(side, _)| (side, add && basis == Basis::Granted)));
+        }
+        if self.inject(|| describe(asks)) {
+            return Ok(Err(WitError::Kernel((
+                super::faults::ENOMEM,
+                "Cannot allocate memory (injected)".into(),
+            ))));
         }
         match op(backend.as_mut(), &journal) {
             Ok((value, changes)) => {

@@ -84,6 +84,12 @@ impl Ctx {
         let Some(access) = &self.store else {
             return refused("no state store for this call");
         };
+        if self.inject(|| format!("store {}/{}", access.scope.network, access.scope.plugin)) {
+            // What a full tmpfs under /run answers a write.
+            return Ok(Err(StoreError::Io(
+                "No space left on device (os error 28) (injected)".into(),
+            )));
+        }
         let owner = access.owner.clone();
         let command = access.command;
         if self.txn.is_none() {

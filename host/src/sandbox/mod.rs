@@ -11,6 +11,7 @@
 mod bindings;
 pub mod cache;
 pub mod convert;
+pub mod faults;
 #[cfg(feature = "fake")]
 pub mod harness;
 mod host_clocks;
@@ -50,6 +51,8 @@ use crate::cni::CniError;
 /// Host services a plugin call may use through its imports. The chain
 /// executor implements this for the attachment being processed; the sandbox
 /// only forwards.
+pub use faults::Faults;
+
 pub trait Services: Send + Sync {
     /// Run the calling plugin's IPAM delegate for `op`, within the caller's
     /// `deadline` (time in the delegate counts toward it).
@@ -58,6 +61,10 @@ pub trait Services: Send + Sync {
     fn store(&self) -> Option<StoreAccess>;
     /// Kernel networking for this call, if it may use it.
     fn net(&self) -> Option<NetAccess>;
+    /// Faults to inject into this call's host calls (`plugin test --faults`).
+    fn faults(&self) -> Option<Arc<Faults>> {
+        None
+    }
 }
 
 pub type CniResultWit = wit::CniResult;

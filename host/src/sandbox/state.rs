@@ -57,6 +57,7 @@ pub struct Ctx {
     pub(crate) scope_bytes: usize,
     /// Files the call's config lets the plugin read (`files` import).
     pub(crate) config_files: Vec<String>,
+    pub(crate) faults: Option<Arc<super::Faults>>,
 }
 
 impl Ctx {
@@ -69,7 +70,9 @@ impl Ctx {
     ) -> Self {
         let store = services.store();
         let net = services.net();
+        let faults = services.faults();
         Ctx {
+            faults,
             store,
             net,
             txn: None,
@@ -88,6 +91,11 @@ impl Ctx {
             verified: HashSet::new(),
             services,
         }
+    }
+
+    /// Whether this host call is the one to fail (`plugin test --faults`).
+    pub(crate) fn inject(&self, what: impl FnOnce() -> String) -> bool {
+        self.faults.as_ref().is_some_and(|f| f.next(what))
     }
 
     /// Account for one host call; trap once the budget is spent so a plugin

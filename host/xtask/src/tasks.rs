@@ -165,6 +165,24 @@ pub fn test(root: &Path) -> Result<()> {
     )?;
     passed += p;
     failed += f;
+    // The fault-injection sweep over the bundled plugins once more, its
+    // figures shown: injection points per plugin, 0 leaks.
+    cargo_test(
+        root,
+        &[
+            "test",
+            "--release",
+            "--locked",
+            "-p",
+            "wasm-cni-tests",
+            "--test",
+            "plugin_test",
+            "every_bundled_plugin",
+            "--",
+            "--nocapture",
+        ],
+        &[(under_test.0, &under_test.1)],
+    )?;
     // Last: it only adds to what the tests above already showed.
     fuzz(root, FUZZ_SECONDS, &[])?;
     // One closing line for the whole run (cargo's last line is the doc-test
