@@ -5,6 +5,7 @@
 //! installs the Debian packages those builds need.
 
 mod plugins;
+mod scaffold;
 mod setup;
 mod tasks;
 mod toolchain;
@@ -40,6 +41,21 @@ enum Task {
         /// Build only these guests (crate names); repeatable.
         #[arg(long, value_name = "NAME")]
         only: Vec<String>,
+        /// Build this plugin crate outside the repository instead (one
+        /// `new-plugin` made, or any cdylib crate on the SDK with a `guest`
+        /// profile); the component goes to `<DIR>/target-guest/components`
+        /// unless `--out` says otherwise.
+        #[arg(long = "crate", value_name = "DIR", conflicts_with = "only")]
+        external: Option<PathBuf>,
+    },
+    /// Start a plugin crate outside this repository: the README's worked
+    /// example (a meta plugin adding routes) on this checkout's SDK, with a
+    /// config and a prevResult for `wasm-cni plugin test`.
+    NewPlugin {
+        dir: PathBuf,
+        /// The plugin's name (its CNI `type`) [default: the directory's].
+        #[arg(long)]
+        name: Option<String>,
     },
     /// Install the Debian packages guest builds need (idempotent).
     Setup,
@@ -120,8 +136,23 @@ fn workspace_root() -> Result<&'static Path> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.task {
-        Task::Plugins { out, verbose, only } => {
-            workspace_root().and_then(|root| plugins::run(root, out, verbose, &only))
+        Task::Plugins {
+            out,
+            verbose,
+            only,
+            external: Some(dir),
+        } => {
+            let _ = only;
+            plugins::run_external(&dir, out, verbose)
+        }
+        Task::Plugins {
+            out,
+            verbose,
+            only,
+            external: None,
+        } => workspace_root().and_then(|root| plugins::run(root, out, verbose, &only)),
+        Task::NewPlugin { dir, name } => {
+            workspace_root().and_then(|root| scaffold::run(root, &dir, name.as_deref()))
         }
         Task::Setup => setup::run(&[]),
         Task::Test => workspace_root().and_then(tasks::test),

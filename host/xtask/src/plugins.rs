@@ -39,6 +39,51 @@ struct Guest {
     output: PathBuf,
 }
 
+/// Build a plugin crate outside this repository (one made by `cargo xtask
+/// new-plugin`, or any crate with a cdylib target depending on the SDK)
+/// with the same toolchain, profile and encoder as the bundled ones;
+/// writes `<out>/<name>.wasm` [default: `<crate>/target-guest/components`].
+pub fn run_external(crate_dir: &Path, out: Option<PathBuf>, verbose: bool) -> Result<()> {
+    let started = Instant::now();
+    let manifest = fs::canonicalize(crate_dir.join("Cargo.toml"))
+        .context(crate_dir.join("Cargo.toml").display())?;
+    let dir = manifest
+        .parent()
+        .ok_or_else(|| fail!("{}: no directory", manifest.display()))?
+        .to_path_buf();
+    let packages = workspace_packages(&dir)?;
+    let package = packages
+        .get(&manifest)
+        .ok_or_else(|| fail!("{}: not a package", manifest.display()))?;
+    let Some(guest) = guest(package, manifest.clone(), "")? else {
+        return Err(fail!(
+            "{}: no cdylib target: add [lib] crate-type = [\"cdylib\"]",
+            manifest.display()
+        ));
+    };
+    let toolchain = Toolchain::select(guest.target)?;
+    let target_dir = dir.join("target-guest");
+    let out = out.unwrap_or_else(|| target_dir.join("components"));
+    let modules = build(&dir, &target_dir, &toolchain, &[&guest])?;
+    let module = modules
+        .get(&guest.manifest)
+        .ok_or_else(|| fail!("cargo reported no .wasm artifact for {}", guest.name))?;
+    let encoder_time = std::env::current_exe()
+        .and_then(fs::metadata)
+        .and_then(|m| m.modified())
+        .context("xtask's own executable")?;
+    let dest = out.join(&guest.output);
+    let (component, fresh) = componentize(&guest, module, &dest, encoder_time)?;
+    report(&guest, &component, fresh, verbose)?;
+    eprintln!(
+        "xtask: {} in {} ({:.1} s)",
+        dest.display(),
+        out.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
 /// Build the guests named in `only` (every guest when empty).
 pub fn run(root: &Path, out: Option<PathBuf>, verbose: bool, only: &[String]) -> Result<()> {
     let started = Instant::now();

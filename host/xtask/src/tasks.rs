@@ -132,10 +132,14 @@ pub fn test(root: &Path) -> Result<()> {
     // The tests run the static binary the README installs.
     let under_test = ("WASM_CNI_BIN", bin.join("wasm-cni"));
     let under_test = (under_test.0, under_test.1.to_string_lossy().into_owned());
+    // The out-of-tree plugin test drives this xtask (new-plugin, plugins
+    // --crate) without a cargo of its own under the running one.
+    let me = std::env::current_exe().context("xtask's own executable")?;
+    let me = me.to_string_lossy().into_owned();
     let (mut passed, mut failed) = cargo_test(
         root,
         &["test", "--release", "--locked", "--workspace"],
-        &[(under_test.0, &under_test.1)],
+        &[(under_test.0, &under_test.1), ("WASM_CNI_XTASK", &me)],
     )?;
     // The same chain, policy, IPAM, conformance, filtering and shaping tests again,
     // every call served by a daemon in the node namespace (the other front
