@@ -449,6 +449,7 @@ impl ImportHarness {
                     passthru: false,
                     tap_owner: Some(TAP_OWNER),
                     tap_group: None,
+                    vm_node: false,
                 },
                 ledger: ledger.clone(),
                 on_created: None,
@@ -971,6 +972,11 @@ mod tests {
             let out = h.call(attack).unwrap();
             assert!(out.starts_with("Err(NetError::Refused("), "{out}");
         }
+        // Not there at all: not found, as a second DEL expects, not refused.
+        let out = h
+            .call(Import::DeleteLink(Handle::Issued(1), "nosuch0".into()))
+            .unwrap();
+        assert!(out.starts_with("Err(NetError::NotFound("), "{out}");
         let out = h.call(Import::ListLinks(Handle::Forged(77))).unwrap_err();
         assert!(out.contains("resource not present"), "{out}");
         h.call(Import::Reserve("10.1.0.9".into())).unwrap();

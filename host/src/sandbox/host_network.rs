@@ -416,7 +416,21 @@ impl Ctx {
         for ask in asks {
             let basis = match ask.verdict(&grants) {
                 Ok(b) => b,
-                Err(why) => return Ok(Err(self.refuse(why))),
+                // Deleting what is not there is "not found", whoever asks: a
+                // second DEL that deletes its link by name (the attachment,
+                // and with it the grant, is gone) sees what it can handle.
+                // Listing links tells the same, so nothing leaks.
+                Err(why) => match ask {
+                    Ask::Delete(_, ns, name)
+                        if matches!(
+                            backend.link_by_name(*ns, name),
+                            Err(NetError::NotFound(_))
+                        ) =>
+                    {
+                        return Ok(Err(WitError::NotFound(format!("link {name:?}"))))
+                    }
+                    _ => return Ok(Err(self.refuse(why))),
+                },
             };
             let place = ask.place();
             if let (Basis::Created(name, id), Some((side, ns))) = (&basis, place) {
