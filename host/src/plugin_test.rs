@@ -408,6 +408,25 @@ impl Run {
     }
 }
 
+/// What `run` does before the first plugin call: the config wrapped as a
+/// chain, the model staged from the prevResult, a snapshot, each verb's
+/// config parsed. For fuzzing the inputs with a `runtime` made once (no
+/// component is loaded).
+pub fn prepare(opts: &Options, runtime: Arc<Runtime>) -> Result<(), String> {
+    let world = World::new(opts, Some(runtime))?;
+    let before = world.snapshot()?;
+    for command in [Command::Add, Command::Check, Command::Del, Command::Gc] {
+        world.executor(command, Some(json!([])))?;
+    }
+    world.remove_netns()?;
+    world.restore_netns()?;
+    let after = world.snapshot()?;
+    match leftovers(&before, &after, true) {
+        None => Ok(()),
+        Some(d) => Err(format!("staging the prevResult again differs: {d}")),
+    }
+}
+
 /// Run every property; `Err` only when the test cannot start (a config
 /// that is not JSON, a component that does not load).
 pub fn run(opts: &Options) -> Result<Vec<Verdict>, String> {

@@ -251,6 +251,7 @@ const FUZZ_TARGETS: &[&str] = &[
     "result_versions",
     "host_imports",
     "daemon_request",
+    "plugin_test_inputs",
 ];
 /// Per target, so that all of them together stay within about two minutes.
 pub const FUZZ_SECONDS: u64 = 25;
