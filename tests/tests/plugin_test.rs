@@ -101,6 +101,12 @@ fn every_bundled_plugin_passes_with_a_typical_config() {
         ("tap", &["static"], json!({"cniVersion": "1.1.0", "name": "pttap", "type": "tap",
             "ipam": {"type": "static", "addresses": [{"address": "10.90.0.5/24"}]}}), vec![]),
         ("loopback", &[], json!({"cniVersion": "0.4.0", "name": "ptlo", "type": "loopback"}), vec![]),
+        // VM mode: a tap on the node, the address only reserved.
+        ("bridge", &["host-local"], json!({"cniVersion": "1.1.0", "name": "ptvmbr", "type": "bridge",
+            "bridge": "vmbr0", "isGateway": true, "vm": {"interface": "tap", "owner": 107},
+            "ipam": {"type": "host-local", "subnet": "10.214.0.0/24"}}), vec![]),
+        ("ptp", &["host-local"], json!({"cniVersion": "1.1.0", "name": "ptvmptp", "type": "ptp",
+            "vm": {"interface": "tap"}, "ipam": {"type": "host-local", "subnet": "10.215.0.0/24"}}), vec![]),
         ("tuning", &[], json!({"cniVersion": "1.1.0", "name": "pttun", "type": "tuning",
             "mtu": 1400, "sysctl": {"net.ipv4.conf.eth0.arp_notify": "1"}}),
             vec!["--prev-result".into(), prev.clone()]),

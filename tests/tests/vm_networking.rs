@@ -359,3 +359,75 @@ fn macvtap_without_master_uses_the_default_route_link() {
         assert_eq!((pod.node.snapshot(), pod.ctr.snapshot()), before);
     }
 }
+
+/// `vm` on bridge and ptp (rkt's stage1-kvm ask, and what a hypervisor on
+/// the node needs): where the veth pair would be, a tap on the node — a
+/// port of the bridge, or routed to by ptp — owned by the hypervisor's
+/// user; the address is reserved and reported for the tap, configured on no
+/// link (the guest sets it); the pod namespace is left alone; DEL removes
+/// the tap and releases the address.
+#[test]
+fn vm_taps_on_the_node_for_bridge_and_ptp() {
+    if !is_root("vm_taps_on_the_node_for_bridge_and_ptp") {
+        return;
+    }
+    let sb = Sandbox::new("vmtap");
+    for p in ["bridge", "ptp", "host-local"] {
+        sb.install(&plugin(p), p);
+    }
+    let pod = Pod::new("vmt");
+    let ctr_before = layout(&pod.ctr);
+    for (net, entry) in [
+        (
+            "vmbr",
+            json!({"type":"bridge","bridge":"vmtbr0","isGateway":true,
+                   "vm":{"interface":"tap","owner":107,"group":108,"multiQueue":true},
+                   "ipam":{"type":"host-local","ranges":[[{"subnet":"10.214.0.0/24"}]]}}),
+        ),
+        (
+            "vmptp",
+            json!({"type":"ptp","vm":{"interface":"tap","owner":107},
+                   "ipam":{"type":"host-local","ranges":[[{"subnet":"10.215.0.0/24"}]]}}),
+        ),
+    ] {
+        let conf = sb.conf("1.1.0", net, json!([entry]));
+        let out = pod.run(Invocation::new("ADD"), &conf);
+        out.assert_ok();
+        let r = out.json();
+        let ifaces = r["interfaces"].as_array().unwrap();
+        let tap_index = r["ips"][0]["interface"].as_u64().unwrap() as usize;
+        let tap = ifaces[tap_index]["name"].as_str().unwrap().to_string();
+        assert!(tap.starts_with("tap"), "{r}");
+        assert!(ifaces[tap_index].get("sandbox").is_none(), "{r}");
+        let address = r["ips"][0]["address"].as_str().unwrap().to_string();
+        let ip = address.split('/').next().unwrap();
+
+        let l = pod.node.link(&tap).expect("the tap on the node");
+        assert_eq!(l["linkinfo"]["info_kind"], "tun");
+        assert_eq!(l["linkinfo"]["info_data"]["persist"], true);
+        assert_eq!(sys(&pod.node, &tap, "owner"), "107");
+        assert!(flags(&l).contains(&"UP".to_string()), "{l}");
+        // Reserved, not configured: on no link of the node nor the pod.
+        let node_addrs = pod.node.exec(&["ip", "-o", "addr", "show"]);
+        assert!(!node_addrs.contains(&format!(" {ip}/")), "{node_addrs}");
+        assert_eq!(layout(&pod.ctr), ctr_before, "the pod is untouched");
+        if net == "vmbr" {
+            assert_eq!(l["master"], "vmtbr0");
+            assert_eq!(sys(&pod.node, &tap, "group"), "108");
+            assert_eq!(addresses(&pod.node, "vmtbr0"), ["10.214.0.1/24"]);
+        } else {
+            let routes = pod.node.exec(&["ip", "route", "show", "dev", &tap]);
+            assert!(routes.contains(&format!("{ip} scope link")), "{routes}");
+            assert_eq!(addresses(&pod.node, &tap), ["10.215.0.1/32"]);
+        }
+        pod.run(Invocation::new("CHECK"), &conf).assert_ok();
+        let store =
+            std::fs::read_to_string(sb.state_dir().join(format!("store/{net}/host-local.json")))
+                .unwrap_or_default();
+        assert!(store.contains(ip), "the address is held while the VM runs");
+        pod.run(Invocation::new("DEL"), &conf).assert_ok();
+        assert!(pod.node.link(&tap).is_none(), "{tap} left behind");
+        pod.run(Invocation::new("DEL"), &conf).assert_ok();
+    }
+    assert_eq!(layout(&pod.ctr), ctr_before);
+}

@@ -5,6 +5,7 @@ use serde::Deserialize;
 use wasm_cni_sdk::args::CniArgs;
 use wasm_cni_sdk::config::{self, NetConf};
 use wasm_cni_sdk::mac::{self, MacSource};
+use wasm_cni_sdk::vm::VmConf;
 use wasm_cni_sdk::CniError;
 
 pub const DEFAULT_BRIDGE: &str = "cni0";
@@ -42,6 +43,8 @@ struct Raw {
     disable_container_interface: Option<bool>,
     #[serde(default)]
     port_isolation: Option<bool>,
+    #[serde(default)]
+    vm: Option<VmConf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -75,6 +78,8 @@ pub struct Conf {
     /// The container MAC, by priority CNI_ARGS MAC < args.cni.mac <
     /// runtimeConfig.mac.
     pub mac: Option<String>,
+    /// A tap or macvtap on the node for a VM instead of the veth pair.
+    pub vm: Option<VmConf>,
     /// Set fields this port does not implement: (key, value).
     unsupported: Vec<(&'static str, String)>,
 }
@@ -125,6 +130,19 @@ pub fn load(text: &str, args: &[(String, String)]) -> Result<Conf, CniError> {
         ));
     }
     let is_default_gw = raw.is_default_gateway.unwrap_or(false);
+    if let Some(vm) = &raw.vm {
+        vm.validate(true)?;
+        if raw.macspoofchk == Some(true) {
+            return Err(CniError::invalid_config(
+                "macspoofchk needs the container's MAC; a VM's guest chooses its own",
+            ));
+        }
+        if disable_container_interface {
+            return Err(CniError::invalid_config(
+                "vm and disableContainerInterface: there is no container interface either way",
+            ));
+        }
+    }
 
     let mut unsupported = Vec::new();
     // Both of the reference's backends mean one thing here: the host's
@@ -157,6 +175,7 @@ pub fn load(text: &str, args: &[(String, String)]) -> Result<Conf, CniError> {
         ip_masq: raw.ip_masq.unwrap_or(false),
         macspoofchk: raw.macspoofchk.unwrap_or(false),
         mac,
+        vm: raw.vm,
         unsupported,
     })
 }

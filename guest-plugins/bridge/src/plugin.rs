@@ -1,12 +1,14 @@
 //! The bridge verbs, generic over the host.
 
 use wasm_cni_sdk::check::{self, mac_matches};
+use wasm_cni_sdk::config::{self, NetConf};
 use wasm_cni_sdk::filter::Rule;
 use wasm_cni_sdk::iface::{self, configure_iface, try_sysctl, Notify};
 use wasm_cni_sdk::ip::{parse_cidr, Family, IpNet, IpNetExt};
 use wasm_cni_sdk::net::{iface_sysctl, Link, LinkSettings, NetError, Ops};
 use wasm_cni_sdk::plugin::{self, open_container, open_node, DelOrder};
 use wasm_cni_sdk::veth::setup_veth;
+use wasm_cni_sdk::vm::{self, VmConf, VmInterface};
 use wasm_cni_sdk::{Attachment, CniError, CniResult, Host, Interface, Plugin, Request, Route};
 
 use crate::conf::{self, Conf};
@@ -22,6 +24,9 @@ impl Plugin for Bridge {
         conf.reject_unsupported()?;
         let node = open_node(host)?;
         let bridge = setup_bridge(&node, &conf)?;
+        if let Some(vm) = &conf.vm {
+            return add_vm(host, &node, &conf, req, &bridge, vm);
+        }
         let cont = open_container(host, req)?;
         let pair = setup_veth(
             &node,
@@ -41,6 +46,15 @@ impl Plugin for Bridge {
     }
 
     fn del<H: Host>(host: &H, req: &Request) -> Result<(), CniError> {
+        if let Some(vm) = vm::of_config(&req.config) {
+            // The VM's link is on the node; the container is not ours.
+            let net: NetConf = config::from_str(&req.config)?;
+            let name = vm::link_name(vm.interface, &net.name, &req.container_id, &req.ifname);
+            open_node(host)?
+                .delete_link_if_exists(&name)
+                .map_err(|e| e.into_cni(format_args!("failed to delete {name:?}")))?;
+            return plugin::release_ipam(host, &net);
+        }
         // As the reference bridge: the veth first (no netns, or it is gone:
         // nothing to delete), then the IP.
         plugin::del_interface(host, req, DelOrder::LinkFirst)
@@ -48,6 +62,9 @@ impl Plugin for Bridge {
 
     fn check<H: Host>(host: &H, req: &Request) -> Result<(), CniError> {
         let conf = conf::load(&req.config, &req.args)?;
+        if let Some(vm) = &conf.vm {
+            return check_vm(host, &conf, req, vm);
+        }
         let cont = open_container(host, req)?;
         if conf.net.has_ipam() {
             host.ipam_check()?;
@@ -72,6 +89,146 @@ impl Plugin for Bridge {
     fn gc<H: Host>(host: &H, config: &str, _valid: &[Attachment]) -> Result<(), CniError> {
         plugin::forward_gc(host, config)
     }
+}
+
+/// Index of the VM's tap or macvtap in a `vm` result.
+const VM_INDEX: u32 = 1;
+
+/// `vm`: the tap (a port of the bridge) or macvtap (on `vm.parent`, else
+/// on the bridge) on the node; IPAM addresses reserved and reported for
+/// it, configured on no link but the bridge's gateway.
+fn add_vm<H: Host>(
+    host: &H,
+    node: &H::Ns,
+    conf: &Conf,
+    req: &Request,
+    bridge: &Link,
+    vm: &VmConf,
+) -> Result<CniResult, CniError> {
+    let name = vm::link_name(vm.interface, &conf.net.name, &req.container_id, &req.ifname);
+    let link = vm::create(
+        node,
+        vm,
+        &name,
+        conf.mtu,
+        conf.mac.as_deref(),
+        Some(&conf.bridge),
+    )?;
+    let added = configure_vm(host, node, conf, bridge, &link, vm);
+    if added.is_err() {
+        let _ = node.delete_link_if_exists(&name);
+    }
+    added
+}
+
+fn configure_vm<H: Host>(
+    host: &H,
+    node: &H::Ns,
+    conf: &Conf,
+    bridge: &Link,
+    link: &Link,
+    vm: &VmConf,
+) -> Result<CniResult, CniError> {
+    if vm.interface == VmInterface::Tap {
+        node.set_link(
+            &link.name,
+            &LinkSettings {
+                master: Some(conf.bridge.clone()),
+                hairpin: conf.hairpin.then_some(true),
+                ..LinkSettings::default()
+            },
+        )
+        .map_err(|e| {
+            e.into_cni(format_args!(
+                "failed to connect {} to bridge {}",
+                link.name, conf.bridge
+            ))
+        })?;
+    }
+    let mut result = CniResult {
+        interfaces: vec![
+            Interface {
+                name: bridge.name.clone(),
+                mac: Some(bridge.mac.clone()),
+                ..Interface::default()
+            },
+            Interface {
+                name: link.name.clone(),
+                mac: Some(link.mac.clone()),
+                mtu: Some(link.mtu),
+                ..Interface::default()
+            },
+        ],
+        ..CniResult::default()
+    };
+    if conf.net.has_ipam() {
+        iface::with_ipam(host, |allocated| {
+            iface::require_ips(&allocated)?;
+            result.ips = allocated.ips;
+            result.routes = allocated.routes;
+            result.dns = allocated.dns;
+            let gateways = calc_gateways(&mut result, conf, VM_INDEX)?;
+            if conf.is_gw {
+                let mut families = Vec::new();
+                for gw in &gateways {
+                    ensure_addr(node, &conf.bridge, &bridge.mac, gw, conf.force_address)
+                        .map_err(|e| e.context("failed to set bridge addr"))?;
+                    if !families.contains(&gw.family()) {
+                        families.push(gw.family());
+                    }
+                }
+                iface::enable_forwarding(node, &families)?;
+            }
+            add_rules(host, conf, &result)
+        })?;
+    }
+    iface::refresh_mac(node, &mut result.interfaces[1]);
+    iface::refresh_mac(node, &mut result.interfaces[0]);
+    if let Some(dns) = conf.net.dns_if_set() {
+        result.dns = Some(dns);
+    }
+    Ok(result)
+}
+
+/// CHECK of a `vm` attachment: IPAM, the bridge, and the VM's link on the
+/// node as the result says (a tap a port of the bridge, a macvtap on its
+/// parent), with the result's MAC.
+fn check_vm<H: Host>(host: &H, conf: &Conf, req: &Request, vm: &VmConf) -> Result<(), CniError> {
+    if conf.net.has_ipam() {
+        host.ipam_check()?;
+    }
+    let prev = check::require_prev_result(req.prev_result.as_ref())?;
+    let node = open_node(host)?;
+    let name = vm::link_name(vm.interface, &conf.net.name, &req.container_id, &req.ifname);
+    let listed = prev
+        .interfaces
+        .iter()
+        .find(|i| i.name == name)
+        .ok_or_else(|| CniError::internal(format!("{name} is not in prevResult")))?;
+    let br = node
+        .link_by_name(&conf.bridge)
+        .map_err(|_| CniError::internal(format!("Interface name {} not found", conf.bridge)))?;
+    let l = node
+        .link_by_name(&name)
+        .map_err(|_| CniError::internal(format!("Interface name {name} not found")))?;
+    let (kind, placed) = match vm.interface {
+        VmInterface::Tap => ("tun", l.master == Some(br.index)),
+        VmInterface::Macvtap => ("macvtap", true),
+    };
+    if l.kind != kind || !placed {
+        return Err(CniError::internal(format!(
+            "{name} is a {} link{}, not the {kind} this attachment made",
+            l.kind,
+            if placed { "" } else { " outside the bridge" }
+        )));
+    }
+    if !mac_matches(listed.mac.as_deref(), &l) {
+        return Err(CniError::internal(format!(
+            "Interface {name} Mac doesn't match: {}",
+            listed.mac.as_deref().unwrap_or("")
+        )));
+    }
+    Ok(())
 }
 
 /// Creates or reuses the bridge, applies promisc, `accept_ra=0`, up.
@@ -240,7 +397,7 @@ fn configure_l3<N: Ops>(
     result.ips = allocated.ips;
     result.routes = allocated.routes;
     result.dns = allocated.dns;
-    let gateways = calc_gateways(result, conf)?;
+    let gateways = calc_gateways(result, conf, CONTAINER_INDEX)?;
 
     let ifname = req.ifname.as_str();
     if conf.enable_dad {
@@ -270,13 +427,13 @@ fn configure_l3<N: Ops>(
 /// network+1 when `isGateway`, appends a default route per family when
 /// `isDefaultGateway` and none with a gateway exists. Returns the bridge
 /// addresses (gateway with the ip's prefix) when `isGateway`.
-fn calc_gateways(result: &mut CniResult, conf: &Conf) -> Result<Vec<IpNet>, CniError> {
+fn calc_gateways(result: &mut CniResult, conf: &Conf, index: u32) -> Result<Vec<IpNet>, CniError> {
     let mut gateways = Vec::new();
     let mut default_found: Vec<Family> = Vec::new();
     for i in 0..result.ips.len() {
         let addr = iface::parse_address(&result.ips[i])?;
         let family = addr.family();
-        result.ips[i].interface = Some(CONTAINER_INDEX);
+        result.ips[i].interface = Some(index);
         if result.ips[i].gateway.is_none() && conf.is_gw {
             result.ips[i].gateway = Some(addr.gateway().to_string());
         }

@@ -717,3 +717,64 @@ fn del_accepts_a_config_that_add_rejected() {
     Bridge::del(&host, &host.request(&config)).unwrap();
     assert_eq!(host.ipam_calls(), ["del"]);
 }
+
+/// `vm`: a tap on the node as a port of the bridge instead of the veth
+/// pair; the address reserved, reported for the tap, set on no link but
+/// the gateway's on the bridge; DEL removes the tap and releases the IP.
+#[test]
+fn vm_tap_is_a_bridge_port_and_the_address_is_only_reserved() {
+    let host = host_v4();
+    let config = l3(r#""isGateway":true,"vm":{"interface":"tap","owner":107,"multiQueue":true}"#);
+    let r = add(&host, &config).unwrap();
+    let tap = wasm_cni_sdk::vm::link_name(
+        wasm_cni_sdk::vm::VmInterface::Tap,
+        "mynet",
+        &host.request(&config).container_id,
+        "eth0",
+    );
+    assert_eq!(r.interfaces.len(), 2);
+    assert_eq!(r.interfaces[1].name, tap);
+    assert_eq!(r.interfaces[1].sandbox, None);
+    assert_eq!(r.ips[0].interface, Some(1));
+    assert_eq!(r.ips[0].address, "10.1.2.2/24");
+    assert_eq!(r.ips[0].gateway.as_deref(), Some("10.1.2.1"));
+    let link = host.link(NODE, &tap).unwrap();
+    let br = host.link(NODE, "cni0").unwrap();
+    assert_eq!(
+        (link.kind.as_str(), link.master, link.up),
+        ("tun", Some(br.index), true)
+    );
+    // Nothing in the container: the guest configures its own address.
+    assert_eq!(host.link_names(CONT), ["lo"]);
+    let mut req = host.request(&config);
+    req.prev_result = Some(r);
+    Bridge::check(&host, &req).unwrap();
+    Bridge::del(&host, &host.request(&config)).unwrap();
+    assert!(host.link(NODE, &tap).is_none());
+    assert!(!host.ipam_allocated());
+    // A second DEL finds nothing to do.
+    Bridge::del(&host, &host.request(&config)).unwrap();
+}
+
+#[test]
+fn vm_macvtap_sits_on_the_bridge_or_its_parent() {
+    let host = host_v4();
+    let config = l3(r#""vm":{"interface":"macvtap"}"#);
+    let r = add(&host, &config).unwrap();
+    let name = &r.interfaces[1].name;
+    assert!(name.starts_with("mvt"), "{name}");
+    let link = host.link(NODE, name).unwrap();
+    assert_eq!(link.kind, "macvtap");
+    assert_eq!(host.link_names(CONT), ["lo"]);
+    Bridge::del(&host, &host.request(&config)).unwrap();
+    assert!(host.link(NODE, name).is_none());
+    // Options that cannot work with a VM are code 7.
+    for bad in [
+        r#""vm":{"interface":"macvtap","owner":1}"#,
+        r#""vm":{"interface":"tap"},"macspoofchk":true"#,
+        r#""vm":{"interface":"virtio"}"#,
+    ] {
+        let e = add(&host_v4(), &l3(bad)).unwrap_err();
+        assert_eq!(e.code, 7, "{bad}: {}", e.msg);
+    }
+}

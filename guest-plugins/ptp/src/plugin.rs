@@ -9,6 +9,7 @@ use wasm_cni_sdk::ip::{host as ip_host, IpNet};
 use wasm_cni_sdk::net::{scope, Ops, RouteSpec};
 use wasm_cni_sdk::plugin::{self, open_container, DelOrder};
 use wasm_cni_sdk::veth::setup_veth;
+use wasm_cni_sdk::vm::{self, VmConf};
 use wasm_cni_sdk::{Attachment, CniError, CniResult, Host, Interface, Plugin, Request};
 
 /// Index of the container interface in the ptp result.
@@ -23,6 +24,8 @@ struct Raw {
     ip_masq_backend: Option<String>,
     #[serde(default)]
     mtu: Option<i64>,
+    #[serde(default)]
+    vm: Option<VmConf>,
 }
 
 #[derive(Debug)]
@@ -31,6 +34,8 @@ struct Conf {
     ip_masq: bool,
     ip_masq_backend: Option<String>,
     mtu: Option<u32>,
+    /// A tap on the node for a VM instead of the veth pair.
+    vm: Option<VmConf>,
 }
 
 fn load(text: &str) -> Result<Conf, CniError> {
@@ -44,11 +49,15 @@ fn load(text: &str) -> Result<Conf, CniError> {
             )))
         }
     };
+    if let Some(vm) = &raw.vm {
+        vm.validate(false)?;
+    }
     Ok(Conf {
         net,
         ip_masq: raw.ip_masq.unwrap_or(false),
         ip_masq_backend: raw.ip_masq_backend,
         mtu,
+        vm: raw.vm,
     })
 }
 
@@ -92,6 +101,9 @@ impl Plugin for Ptp {
             ));
         }
         let node = plugin::open_node(host)?;
+        if let Some(vm) = &conf.vm {
+            return add_vm(host, &node, &conf, req, vm);
+        }
         let cont = open_container(host, req)?;
 
         // As the reference: IPAM ADD before the veth exists; on failure the
@@ -111,12 +123,25 @@ impl Plugin for Ptp {
     }
 
     fn del<H: Host>(host: &H, req: &Request) -> Result<(), CniError> {
+        if let Some(vm) = vm::of_config(&req.config) {
+            // The tap is on the node; the container is not ours.
+            let net: NetConf = config::from_str(&req.config)?;
+            plugin::release_ipam(host, &net)?;
+            let name = vm::link_name(vm.interface, &net.name, &req.container_id, &req.ifname);
+            plugin::open_node(host)?
+                .delete_link_if_exists(&name)
+                .map_err(|e| e.into_cni(format_args!("failed to delete {name:?}")))?;
+            return Ok(());
+        }
         // The reference releases the IP first and returns its error.
         plugin::del_interface(host, req, DelOrder::IpamFirst)
     }
 
     fn check<H: Host>(host: &H, req: &Request) -> Result<(), CniError> {
         let conf = load(&req.config)?;
+        if let Some(vm) = &conf.vm {
+            return check_vm(host, &conf, req, vm);
+        }
         let cont = open_container(host, req)?;
         if conf.net.has_ipam() {
             host.ipam_check()?;
@@ -160,6 +185,122 @@ impl Plugin for Ptp {
     fn gc<H: Host>(host: &H, config: &str, _valid: &[Attachment]) -> Result<(), CniError> {
         plugin::forward_gc(host, config)
     }
+}
+
+/// `vm`: IPAM, then a tap on the node carrying the gateway addresses, with
+/// a host route to each reserved address through it; nothing is configured
+/// for the guest, which sets its own addresses.
+fn add_vm<H: Host>(
+    host: &H,
+    node: &H::Ns,
+    conf: &Conf,
+    req: &Request,
+    vm: &VmConf,
+) -> Result<CniResult, CniError> {
+    let name = vm::link_name(vm.interface, &conf.net.name, &req.container_id, &req.ifname);
+    iface::with_ipam(host, |allocated| {
+        let added = vm_with_ip(node, conf, vm, &name, allocated).and_then(|r| {
+            let rules = masq_rules(conf, &r)?;
+            if !rules.is_empty() {
+                host.filter_add(&rules)
+                    .map_err(|e| e.into_cni("ipMasq rules"))?;
+            }
+            Ok(r)
+        });
+        plugin::undo_link_on_error(host, node, &name, added)
+    })
+}
+
+fn vm_with_ip<N: Ops>(
+    node: &N,
+    conf: &Conf,
+    vm: &VmConf,
+    name: &str,
+    allocated: CniResult,
+) -> Result<CniResult, CniError> {
+    iface::require_ips(&allocated)?;
+    let mut addressing = Vec::new();
+    for ipc in &allocated.ips {
+        let addr = iface::parse_address(ipc)?;
+        let gw = iface::parse_gateway(ipc)?.ok_or_else(|| {
+            CniError::internal(format!("ptp: IPAM returned no gateway for {}", ipc.address))
+        })?;
+        addressing.push(Addressing { addr, gw });
+    }
+    iface::enable_forwarding(node, &iface::families(&allocated)?)
+        .map_err(|e| e.context("Could not enable IP forwarding"))?;
+    let tap = vm::create(node, vm, name, conf.mtu, None, None)?;
+    let mut result = allocated;
+    result.interfaces = vec![Interface {
+        name: tap.name.clone(),
+        mac: Some(tap.mac.clone()),
+        mtu: Some(tap.mtu),
+        ..Interface::default()
+    }];
+    for ipc in &mut result.ips {
+        ipc.interface = Some(0);
+    }
+    for a in &addressing {
+        let gw = ip_host(a.gw).to_string();
+        node.add_address(name, &gw)
+            .map_err(|e| e.into_cni(format_args!("failed to add IP addr {gw} to {name}")))?;
+        let route = RouteSpec {
+            dst: ip_host(a.addr.addr()).to_string(),
+            dev: Some(name.to_string()),
+            scope: Some(scope::LINK),
+            ..RouteSpec::default()
+        };
+        match node.add_route(&route) {
+            Ok(()) => {}
+            Err(e) if e.is_exists() => {}
+            Err(e) => return Err(e.into_cni(format_args!("failed to add route to {name}"))),
+        }
+    }
+    if let Some(dns) = conf.net.dns_if_set() {
+        result.dns = Some(dns);
+    }
+    Ok(result)
+}
+
+/// CHECK of a `vm` attachment: IPAM, the tap on the node with the result's
+/// MAC, and a route to each reserved address through it.
+fn check_vm<H: Host>(host: &H, conf: &Conf, req: &Request, vm: &VmConf) -> Result<(), CniError> {
+    if conf.net.has_ipam() {
+        host.ipam_check()?;
+    }
+    let prev = check::require_prev_result(req.prev_result.as_ref())?;
+    let node = plugin::open_node(host)?;
+    let name = vm::link_name(vm.interface, &conf.net.name, &req.container_id, &req.ifname);
+    let listed = prev
+        .interfaces
+        .iter()
+        .find(|i| i.name == name)
+        .ok_or_else(|| CniError::internal(format!("{name} is not in prevResult")))?;
+    let tap = node
+        .link_by_name(&name)
+        .map_err(|_| CniError::internal(format!("ptp: tap {name} not found")))?;
+    if tap.kind != "tun" || !mac_matches(listed.mac.as_deref(), &tap) {
+        return Err(CniError::internal(format!(
+            "ptp: {name} is not the tap this attachment made"
+        )));
+    }
+    let routes = node
+        .list_routes(&name, None)
+        .map_err(|e| e.into_cni(format_args!("listing routes of {name}")))?;
+    for ip in &prev.ips {
+        let want = ip_host(iface::parse_address(ip)?.addr()).to_string();
+        if !routes.iter().any(|r| r.dst == want) {
+            return Err(CniError::internal(format!(
+                "ptp: no route to {want} through {name}"
+            )));
+        }
+    }
+    let rules = masq_rules(conf, prev)?;
+    if !rules.is_empty() {
+        host.filter_check(&rules)
+            .map_err(|e| e.into_cni("ipMasq rules"))?;
+    }
+    Ok(())
 }
 
 /// One ip of the result with its gateway, both parsed.

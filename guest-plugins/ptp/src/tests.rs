@@ -268,3 +268,45 @@ fn dns_and_status() {
     Ptp::gc(&host, &conf(""), &[]).unwrap();
     assert_eq!(host.ipam_calls(), ["add", "status", "gc"]);
 }
+
+/// `vm`: a tap on the node holding the gateway, a route to the reserved
+/// address through it, nothing in the container.
+#[test]
+fn vm_tap_routes_the_reserved_address() {
+    use wasm_cni_sdk::fake::{FakeHost, NsId};
+    let host = FakeHost::with_ipam_result(&[("10.1.2.2/24", Some("10.1.2.1"))], &[]);
+    let config = wasm_cni_sdk::fake::netconf(
+        "1.1.0",
+        "mynet",
+        "ptp",
+        &wasm_cni_sdk::fake::with_ipam_type(
+            "host-local",
+            r#""vm":{"interface":"tap","owner":107}"#,
+        ),
+    );
+    let r = crate::Ptp::add(&host, &host.request(&config)).unwrap();
+    assert_eq!(r.interfaces.len(), 1);
+    let tap = r.interfaces[0].name.clone();
+    assert!(tap.starts_with("tap"), "{tap}");
+    assert_eq!(r.ips[0].interface, Some(0));
+    assert_eq!(host.link(NsId::Node, &tap).unwrap().kind, "tun");
+    assert_eq!(host.link_names(NsId::Container), ["lo"]);
+    let mut req = host.request(&config);
+    req.prev_result = Some(r);
+    crate::Ptp::check(&host, &req).unwrap();
+    crate::Ptp::del(&host, &host.request(&config)).unwrap();
+    assert!(host.link(NsId::Node, &tap).is_none());
+    assert!(!host.ipam_allocated());
+    let bad = wasm_cni_sdk::fake::netconf(
+        "1.1.0",
+        "mynet",
+        "ptp",
+        &wasm_cni_sdk::fake::with_ipam_type("host-local", r#""vm":{"interface":"macvtap"}"#),
+    );
+    assert_eq!(
+        crate::Ptp::add(&host, &host.request(&bad))
+            .unwrap_err()
+            .code,
+        7
+    );
+}

@@ -41,6 +41,7 @@ pub mod net;
 pub mod plugin;
 pub mod types;
 pub mod veth;
+pub mod vm;
 
 pub use error::CniError;
 pub use host::{Host, Level, Plugin};

@@ -745,13 +745,17 @@ impl Executor {
         if entry.plugin_type == "bridge" && named("bridge").is_none() {
             config_named.insert("cni0".into());
         }
+        // A VM's link on the node, and its owners, only as the config says.
+        let vm = entry.raw.get("vm").and_then(Value::as_object);
         let id = |key: &str| {
-            entry
-                .raw
-                .get(key)
+            vm.and_then(|v| v.get(key))
+                .or_else(|| entry.raw.get(key))
                 .and_then(Value::as_u64)
                 .and_then(|v| u32::try_from(v).ok())
         };
+        if let Some(parent) = vm.and_then(|v| v.get("parent")).and_then(Value::as_str) {
+            config_named.insert(parent.to_string());
+        }
         NetAccess {
             backend: self.net.clone(),
             container_path: att
@@ -768,6 +772,7 @@ impl Executor {
                 passthru: named("mode") == Some("passthru"),
                 tap_owner: id("owner"),
                 tap_group: id("group"),
+                vm_node: vm.is_some(),
             },
             ledger: self.ledger.clone(),
             on_created: self.on_created.lock().ok().and_then(|h| h.clone()),

@@ -15,12 +15,13 @@
 //!   its IPAM handed out), and routes go to the main table.
 //! * A link the attachment created is known by name, ifindex and kind: the
 //!   caller checks the live link against [`Basis::Created`] before acting.
-//! * macvlan/macvtap go into the container namespace only; passthru mode
+//! * macvlan/macvtap go into the container namespace only (or the node's,
+//!   when the config asks for a VM's link with `"vm"`); passthru mode
 //!   (which takes the master over) only when the config says so; the
 //!   node's default-route link is a master only for the plugin types that
 //!   default to it, when their config names none. Taps are made in the
-//!   container namespace only, owned by no one or by the owner and group
-//!   the config names.
+//!   container namespace (or the node's, for a `"vm"` config), owned by no
+//!   one or by the owner and group the config names.
 //! * Routes never go to the `local` (255), `default` (253) or unspecified
 //!   (0) tables.
 //! * Sysctls: keys under `net.` only. Per-interface keys (`net.ipv4.conf.X.…`
@@ -91,9 +92,12 @@ pub struct ConfigGrants {
     pub default_master: bool,
     /// The config asks for `"mode": "passthru"`.
     pub passthru: bool,
-    /// `owner` and `group` from the config (taps).
+    /// `owner` and `group` from the config (taps; `vm.owner`, `vm.group`
+    /// for a VM's).
     pub tap_owner: Option<u32>,
     pub tap_group: Option<u32>,
+    /// The config asks for a VM's tap or macvtap on the node (`"vm"`).
+    pub vm_node: bool,
 }
 
 /// What one plugin call may touch.
@@ -236,8 +240,9 @@ impl Grants {
         }
     }
 
-    /// A tap: in the container only (it is for the VM there), owned by no
-    /// one or as the config says.
+    /// A tap: in the container (for the VM there), or on the node when the
+    /// config asks for a VM's (`"vm"`); owned by no one or as the config
+    /// says.
     pub fn create_tap(
         &self,
         side: Side,
@@ -246,9 +251,9 @@ impl Grants {
         group: Option<u32>,
     ) -> Verdict {
         self.create(side, name)?;
-        if side == Side::Node {
+        if side == Side::Node && !self.config.vm_node {
             return Err(format!(
-                "tap {name:?}: taps are made in the container namespace only"
+                "tap {name:?}: taps are made in the container namespace only, unless the config asks for a VM's (\"vm\")"
             ));
         }
         for (what, asked, configured) in [
@@ -268,9 +273,9 @@ impl Grants {
     /// A macvlan or macvtap named `name` on `target`, in `mode`.
     pub fn create_macvlan(&self, target: Side, name: &str, mode: MacvlanMode) -> Verdict {
         self.create(target, name)?;
-        if target != Side::Container {
+        if target != Side::Container && !self.config.vm_node {
             return Err(format!(
-                "{name:?}: a macvlan or macvtap goes into the container namespace only"
+                "{name:?}: a macvlan or macvtap goes into the container namespace only, unless the config asks for a VM's (\"vm\")"
             ));
         }
         if mode == MacvlanMode::Passthru && !self.config.passthru {
@@ -758,6 +763,23 @@ mod tests {
             .create_tap(Side::Container, "eth0", None, Some(5))
             .is_err());
         assert!(g.create_tap(Side::Node, "tapx", None, None).is_err());
+        // A VM's tap on the node only when the config asks, and still only
+        // with its owners; a node macvtap likewise; passthru never implied.
+        let mut vm = grants(Command::Add);
+        vm.config.vm_node = true;
+        assert!(vm.create_tap(Side::Node, "tapx", Some(1000), None).is_ok());
+        assert!(vm.create_tap(Side::Node, "tapx", Some(0), None).is_err());
+        assert!(vm
+            .create_macvlan(Side::Node, "mvtx", MacvlanMode::Bridge)
+            .is_ok());
+        assert!(vm
+            .create_macvlan(Side::Node, "mvtx", MacvlanMode::Passthru)
+            .is_err());
+        let mut del = grants(Command::Del);
+        del.config.vm_node = true;
+        assert!(del
+            .create_tap(Side::Node, "tapx", Some(1000), None)
+            .is_err());
     }
 
     #[test]
