@@ -168,17 +168,7 @@ fn configure_vm<H: Host>(
             result.routes = allocated.routes;
             result.dns = allocated.dns;
             let gateways = calc_gateways(&mut result, conf, VM_INDEX)?;
-            if conf.is_gw {
-                let mut families = Vec::new();
-                for gw in &gateways {
-                    ensure_addr(node, &conf.bridge, &bridge.mac, gw, conf.force_address)
-                        .map_err(|e| e.context("failed to set bridge addr"))?;
-                    if !families.contains(&gw.family()) {
-                        families.push(gw.family());
-                    }
-                }
-                iface::enable_forwarding(node, &families)?;
-            }
+            gateway_on_bridge(node, conf, &bridge.mac, &gateways)?;
             add_rules(host, conf, &result)
         })?;
     }
@@ -409,18 +399,29 @@ fn configure_l3<N: Ops>(
     Notify::Arp.apply(cont, ifname);
     configure_iface(cont, ifname, result)?;
 
-    if conf.is_gw {
-        let mut families = Vec::new();
-        for gw in &gateways {
-            ensure_addr(node, &conf.bridge, bridge_mac, gw, conf.force_address)
-                .map_err(|e| e.context("failed to set bridge addr"))?;
-            if !families.contains(&gw.family()) {
-                families.push(gw.family());
-            }
-        }
-        iface::enable_forwarding(node, &families)?;
+    gateway_on_bridge(node, conf, bridge_mac, &gateways)
+}
+
+/// `isGateway`: the gateways on the bridge, forwarding on for their
+/// families.
+fn gateway_on_bridge<N: Ops>(
+    node: &N,
+    conf: &Conf,
+    bridge_mac: &str,
+    gateways: &[IpNet],
+) -> Result<(), CniError> {
+    if !conf.is_gw {
+        return Ok(());
     }
-    Ok(())
+    let mut families = Vec::new();
+    for gw in gateways {
+        ensure_addr(node, &conf.bridge, bridge_mac, gw, conf.force_address)
+            .map_err(|e| e.context("failed to set bridge addr"))?;
+        if !families.contains(&gw.family()) {
+            families.push(gw.family());
+        }
+    }
+    iface::enable_forwarding(node, &families)
 }
 
 /// The reference `calcGateways`: sets `interface`, defaults each gateway to

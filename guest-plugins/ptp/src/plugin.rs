@@ -218,17 +218,7 @@ fn vm_with_ip<N: Ops>(
     name: &str,
     allocated: CniResult,
 ) -> Result<CniResult, CniError> {
-    iface::require_ips(&allocated)?;
-    let mut addressing = Vec::new();
-    for ipc in &allocated.ips {
-        let addr = iface::parse_address(ipc)?;
-        let gw = iface::parse_gateway(ipc)?.ok_or_else(|| {
-            CniError::internal(format!("ptp: IPAM returned no gateway for {}", ipc.address))
-        })?;
-        addressing.push(Addressing { addr, gw });
-    }
-    iface::enable_forwarding(node, &iface::families(&allocated)?)
-        .map_err(|e| e.context("Could not enable IP forwarding"))?;
+    let addressing = addressing(node, &allocated)?;
     let tap = vm::create(node, vm, name, conf.mtu, None, None)?;
     let mut result = allocated;
     result.interfaces = vec![Interface {
@@ -303,6 +293,22 @@ fn check_vm<H: Host>(host: &H, conf: &Conf, req: &Request, vm: &VmConf) -> Resul
     Ok(())
 }
 
+/// Each allocated ip with its gateway (ptp needs one), forwarding on.
+fn addressing<N: Ops>(node: &N, allocated: &CniResult) -> Result<Vec<Addressing>, CniError> {
+    iface::require_ips(allocated)?;
+    let mut out = Vec::new();
+    for ipc in &allocated.ips {
+        let addr = iface::parse_address(ipc)?;
+        let gw = iface::parse_gateway(ipc)?.ok_or_else(|| {
+            CniError::internal(format!("ptp: IPAM returned no gateway for {}", ipc.address))
+        })?;
+        out.push(Addressing { addr, gw });
+    }
+    iface::enable_forwarding(node, &iface::families(allocated)?)
+        .map_err(|e| e.context("Could not enable IP forwarding"))?;
+    Ok(out)
+}
+
 /// One ip of the result with its gateway, both parsed.
 struct Addressing {
     addr: IpNet,
@@ -318,17 +324,7 @@ fn add_with_ip<N: Ops>(
     req: &Request,
     allocated: CniResult,
 ) -> Result<CniResult, CniError> {
-    iface::require_ips(&allocated)?;
-    let mut addressing = Vec::new();
-    for ipc in &allocated.ips {
-        let addr = iface::parse_address(ipc)?;
-        let gw = iface::parse_gateway(ipc)?.ok_or_else(|| {
-            CniError::internal(format!("ptp: IPAM returned no gateway for {}", ipc.address))
-        })?;
-        addressing.push(Addressing { addr, gw });
-    }
-    iface::enable_forwarding(node, &iface::families(&allocated)?)
-        .map_err(|e| e.context("Could not enable IP forwarding"))?;
+    let addressing = addressing(node, &allocated)?;
 
     let pair = setup_veth(
         node,

@@ -86,8 +86,12 @@ impl VmConf {
 /// DEL's view of a config: its `"vm"`, if it has one that reads, without
 /// validating anything else (DEL must clean up after any ADD).
 pub fn of_config(text: &str) -> Option<VmConf> {
-    let v: serde_json::Value = serde_json::from_str(text).ok()?;
-    serde_json::from_value(v.get("vm")?.clone()).ok()
+    #[derive(Deserialize)]
+    struct View {
+        #[serde(default)]
+        vm: Option<VmConf>,
+    }
+    serde_json::from_str::<View>(text).ok()?.vm
 }
 
 /// The node-side name: `tap`/`mvt` + 8 hex digits of the attachment, so a
