@@ -298,17 +298,29 @@ fn handle(shared: &Shared, mut stream: UnixStream) {
             edge::run_on(&shared.host, vars.clone(), &mut request.stdin.as_slice())
         })
     };
-    let _ = stream.set_write_timeout(Some(Duration::from_secs(10)));
-    let sent = Response {
-        exit_code: out.exit_code,
-        stdout: out.stdout.clone(),
-        stderr: logged,
-    }
-    .write(&mut stream);
+    // Counted and logged before the answer goes out: a client holding its
+    // answer (or a test, or an operator's script) finds both already there.
     let took = started.elapsed();
     let cpu = thread_cpu().saturating_sub(cpu_started);
     shared.metrics.observe(&out.report, took);
-    request_log(&out, took, cpu, sent.err());
+    request_log(&out, took, cpu);
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(10)));
+    let sent = Response {
+        exit_code: out.exit_code,
+        stdout: out.stdout,
+        stderr: logged,
+    }
+    .write(&mut stream);
+    if let Err(e) = sent {
+        // The work is done (and recorded); the client went away or stalled.
+        // Its runtime retries or GC reconciles; say so for the operator.
+        tracing::warn!(
+            event = "undelivered",
+            container_id = out.report.container_id.as_str(),
+            error = %e,
+            "the answer could not be delivered"
+        );
+    }
 }
 
 /// The network a request is for, to order requests per attachment.
@@ -342,7 +354,7 @@ impl Read for DeadlineReader<'_> {
 
 /// One line per request: verb, network, container id, ifname, outcome,
 /// total time and time per plugin.
-fn request_log(out: &Outcome, took: Duration, cpu: Duration, send: Option<io::Error>) {
+fn request_log(out: &Outcome, took: Duration, cpu: Duration) {
     let r = &out.report;
     let verb = r.command.map_or("?", Command::as_str);
     let ms = |d: Duration| (d.as_secs_f64() * 1e5).round() / 100.0;
@@ -370,7 +382,6 @@ fn request_log(out: &Outcome, took: Duration, cpu: Duration, send: Option<io::Er
         ms = ms(took),
         cpu_ms = ms(cpu),
         steps = steps.join(", ").as_str(),
-        undelivered = send.map(|e| e.to_string()),
         "served"
     );
 }
