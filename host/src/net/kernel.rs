@@ -26,9 +26,9 @@ use netlink_packet_core::{DefaultNla, Nla, NLM_F_REPLACE};
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
 use netlink_packet_route::address::{AddressAttribute, AddressMessage, AddressScope};
 use netlink_packet_route::link::{
-    InfoBridgePort, InfoData, InfoKind, InfoMacVlan, InfoMacVtap, InfoPortData, InfoPortKind,
-    InfoVeth, LinkAttribute, LinkFlags, LinkInfo as NlLinkInfo, LinkMessage,
-    MacVlanMode as NlMacVlanMode,
+    InfoBridgePort, InfoData, InfoIpVlan, InfoKind, InfoMacVlan, InfoMacVtap, InfoPortData,
+    InfoPortKind, InfoVeth, InfoVlan, IpVlanMode as NlIpVlanMode, LinkAttribute, LinkFlags,
+    LinkInfo as NlLinkInfo, LinkMessage, MacVlanMode as NlMacVlanMode,
 };
 use netlink_packet_route::route::{
     RouteAddress, RouteAttribute, RouteMessage, RouteMetric, RouteProtocol, RouteScope, RouteType,
@@ -44,7 +44,7 @@ use rustix::thread::{move_into_link_name_space, LinkNameSpaceType};
 use self::socket::{NlError, NlSocket};
 use super::{
     broadcast_v4, check_link_name, check_route, check_sysctl_key, default_net, format_mac, ip_net,
-    parse_mac, IpNet, IpNetFamily, LinkChange, LinkInfo, MacvlanMode, Net, NetError, NsId, NsRef,
+    parse_mac, IpNet, IpNetFamily, IpvlanMode, LinkChange, LinkInfo, MacvlanMode, Net, NetError, NsId, NsRef,
     Qdisc, RateLimit, Route, Tbf, DEFAULT_TICKS_PER_US, INGRESS_HANDLE, RT_SCOPE_LINK,
     RT_SCOPE_UNIVERSE, RT_TABLE_MAIN, TBF_HANDLE, TC_H_INGRESS, TC_H_ROOT,
 };
@@ -151,6 +151,43 @@ impl Default for KernelNet {
 }
 
 impl KernelNet {
+    /// Creates a link stacked on `master` (a link of `ns`) straight in
+    /// `target` as `name`, so `name` never has to be free in `ns` and nothing
+    /// is left behind half-moved. Without `mtu` it inherits the master's.
+    #[allow(clippy::too_many_arguments)]
+    fn create_upper(
+        &mut self,
+        ns: NsId,
+        name: &str,
+        master: &str,
+        mtu: Option<u32>,
+        mac: Option<&str>,
+        target: NsId,
+        info: Vec<NlLinkInfo>,
+        kind: &str,
+    ) -> Result<LinkInfo, NetError> {
+        check_link_name(name)?;
+        let mac = mac.map(parse_mac).transpose()?;
+        let target_fd = self.raw_fd(target)?;
+        let master_index = match self.names.get(&(ns.0, master.to_string())) {
+            Some(&i) => i,
+            None => self.index_of(ns, master)?,
+        };
+        let mut msg = LinkMessage::default();
+        msg.attributes.push(LinkAttribute::IfName(name.to_string()));
+        msg.attributes.push(LinkAttribute::Link(master_index));
+        msg.attributes.push(LinkAttribute::NetNsFd(target_fd));
+        if let Some(mtu) = mtu {
+            msg.attributes.push(LinkAttribute::Mtu(mtu));
+        }
+        if let Some(mac) = mac {
+            msg.attributes.push(LinkAttribute::Address(mac.to_vec()));
+        }
+        msg.attributes.push(LinkAttribute::LinkInfo(info));
+        self.new_link(ns, msg, &format!("create {kind} {name} on {master}"))?;
+        self.link_by_name(target, name)
+    }
+
     pub fn new() -> Self {
         KernelNet {
             namespaces: Vec::new(),
@@ -482,31 +519,12 @@ impl Net for KernelNet {
         target: NsId,
         tap: bool,
     ) -> Result<LinkInfo, NetError> {
-        check_link_name(name)?;
-        let mac = mac.map(parse_mac).transpose()?;
-        let target_fd = self.raw_fd(target)?;
-        let master_index = match self.names.get(&(ns.0, master.to_string())) {
-            Some(&i) => i,
-            None => self.index_of(ns, master)?,
-        };
         let mode = match mode {
             MacvlanMode::Bridge => NlMacVlanMode::Bridge,
             MacvlanMode::Private => NlMacVlanMode::Private,
             MacvlanMode::Vepa => NlMacVlanMode::Vepa,
             MacvlanMode::Passthru => NlMacVlanMode::Passthrough,
         };
-        let mut msg = LinkMessage::default();
-        msg.attributes.push(LinkAttribute::IfName(name.to_string()));
-        msg.attributes.push(LinkAttribute::Link(master_index));
-        // Created straight in the target, so `name` never has to be free in
-        // `ns` and nothing is left behind half-moved.
-        msg.attributes.push(LinkAttribute::NetNsFd(target_fd));
-        if let Some(mtu) = mtu {
-            msg.attributes.push(LinkAttribute::Mtu(mtu));
-        }
-        if let Some(mac) = mac {
-            msg.attributes.push(LinkAttribute::Address(mac.to_vec()));
-        }
         let info = if tap {
             vec![
                 NlLinkInfo::Kind(InfoKind::MacVtap),
@@ -518,10 +536,50 @@ impl Net for KernelNet {
                 NlLinkInfo::Data(InfoData::MacVlan(vec![InfoMacVlan::Mode(mode)])),
             ]
         };
-        msg.attributes.push(LinkAttribute::LinkInfo(info));
         let kind = if tap { "macvtap" } else { "macvlan" };
-        self.new_link(ns, msg, &format!("create {kind} {name} on {master}"))?;
-        self.link_by_name(target, name)
+        self.create_upper(ns, name, master, mtu, mac, target, info, kind)
+    }
+
+    fn create_vlan(
+        &mut self,
+        ns: NsId,
+        name: &str,
+        master: &str,
+        vlan_id: u16,
+        mtu: Option<u32>,
+        target: NsId,
+    ) -> Result<LinkInfo, NetError> {
+        if vlan_id > 4094 {
+            return Err(NetError::Invalid(format!(
+                "vlan id {vlan_id} is out of range [0, 4094]"
+            )));
+        }
+        let info = vec![
+            NlLinkInfo::Kind(InfoKind::Vlan),
+            NlLinkInfo::Data(InfoData::Vlan(vec![InfoVlan::Id(vlan_id)])),
+        ];
+        self.create_upper(ns, name, master, mtu, None, target, info, "vlan")
+    }
+
+    fn create_ipvlan(
+        &mut self,
+        ns: NsId,
+        name: &str,
+        master: &str,
+        mode: IpvlanMode,
+        mtu: Option<u32>,
+        target: NsId,
+    ) -> Result<LinkInfo, NetError> {
+        let mode = match mode {
+            IpvlanMode::L2 => NlIpVlanMode::L2,
+            IpvlanMode::L3 => NlIpVlanMode::L3,
+            IpvlanMode::L3s => NlIpVlanMode::L3S,
+        };
+        let info = vec![
+            NlLinkInfo::Kind(InfoKind::IpVlan),
+            NlLinkInfo::Data(InfoData::IpVlan(vec![InfoIpVlan::Mode(mode)])),
+        ];
+        self.create_upper(ns, name, master, mtu, None, target, info, "ipvlan")
     }
 
     fn create_tap(
@@ -1047,6 +1105,8 @@ fn link_info(m: &LinkMessage) -> LinkInfo {
         allmulti: flags.contains(LinkFlags::Allmulti),
         txqlen: 0,
         macvlan_mode: None,
+        vlan_id: None,
+        ipvlan_mode: None,
     };
     let mut lower = None;
     for a in &m.attributes {
@@ -1070,6 +1130,20 @@ fn link_info(m: &LinkMessage) -> LinkInfo {
                         NlLinkInfo::Data(InfoData::MacVtap(v)) => {
                             info.macvlan_mode = v.iter().find_map(|x| match x {
                                 InfoMacVtap::Mode(m) => macvlan_mode(*m),
+                                _ => None,
+                            })
+                        }
+                        NlLinkInfo::Data(InfoData::Vlan(v)) => {
+                            info.vlan_id = v.iter().find_map(|x| match x {
+                                InfoVlan::Id(id) => Some(*id),
+                                _ => None,
+                            })
+                        }
+                        NlLinkInfo::Data(InfoData::IpVlan(v)) => {
+                            info.ipvlan_mode = v.iter().find_map(|x| match x {
+                                InfoIpVlan::Mode(NlIpVlanMode::L2) => Some(IpvlanMode::L2),
+                                InfoIpVlan::Mode(NlIpVlanMode::L3) => Some(IpvlanMode::L3),
+                                InfoIpVlan::Mode(NlIpVlanMode::L3S) => Some(IpvlanMode::L3s),
                                 _ => None,
                             })
                         }

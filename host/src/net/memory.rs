@@ -16,6 +16,15 @@
 //!   MTU at most the master's; passthru takes the master's MAC and excludes
 //!   any other macvlan on that master (`EINVAL`). Deleting the master deletes
 //!   them. They have carrier when the master runs.
+//! * vlan: on any master but `lo` (`EOPNOTSUPP`), one per id and master
+//!   (`Exists`), id at most 4094, the master's MAC; it may sit on a bridge
+//!   port and its master may become one.
+//! * ipvlan: the master must be an ethernet link (not `lo`, not an ipvlan),
+//!   not a bridge port and not a macvlan master (`EBUSY`, and the reverse);
+//!   the master's MAC. The mode is the master's: creating one in a new mode
+//!   switches every ipvlan on that master, as the kernel does.
+//! * vlans, ipvlans, macvlans: MTU at most the master's, carrier when the
+//!   master runs, deleted with their master.
 //! * taps never have carrier (no process attached).
 //! * MTU bounds 68..=65535 (tap 65521, `lo` 65536); MACs must be unicast and
 //!   non-zero.
@@ -52,7 +61,7 @@ use std::path::PathBuf;
 
 use super::{
     check_link_name, check_route, check_sysctl_key, format_mac, parse_mac, IpNet, IpNetFamily,
-    Ipv4Net, Ipv6Net, LinkChange, LinkInfo, MacvlanMode, Net, NetError, NsId, NsRef, Qdisc,
+    IpvlanMode, Ipv4Net, Ipv6Net, LinkChange, LinkInfo, MacvlanMode, Net, NetError, NsId, NsRef, Qdisc,
     RateLimit, Route, INGRESS_HANDLE, RT_SCOPE_LINK, RT_SCOPE_UNIVERSE, RT_TABLE_MAIN, TBF_HANDLE,
     TC_H_INGRESS, TC_H_ROOT,
 };
@@ -80,7 +89,7 @@ struct MemLink {
     addrs: Vec<IpNet>,
     /// veth: the peer's namespace and index.
     peer: Option<(NsId, u32)>,
-    /// macvlan/macvtap: the master's namespace and index.
+    /// macvlan/macvtap/vlan/ipvlan: the master's namespace and index.
     lower: Option<(NsId, u32)>,
     hairpin: bool,
     /// Bridge: MTU set explicitly, so it no longer follows its ports.
@@ -298,7 +307,9 @@ impl MemoryNet {
                     .collect();
                 ports.is_empty() || ports.iter().any(|p| self.oper_up((at.0, *p)))
             }
-            "macvlan" | "macvtap" => l.lower.is_some_and(|lower| self.oper_up(lower)),
+            "macvlan" | "macvtap" | "vlan" | "ipvlan" => {
+                l.lower.is_some_and(|lower| self.oper_up(lower))
+            }
             "tun" => false,
             _ => true,
         }
@@ -338,6 +349,30 @@ impl MemoryNet {
         Ok(index)
     }
 
+    /// The master of a stacked link to be created as `name` in `target`,
+    /// with the checks every kind shares: the names, and an MTU within the
+    /// master's.
+    fn upper_master(
+        &self,
+        ns: NsId,
+        name: &str,
+        master: &str,
+        mtu: Option<u32>,
+        target: NsId,
+    ) -> Result<((NsId, u32), LinkInfo), NetError> {
+        check_link_name(name)?;
+        self.ns_ref(target)?;
+        let mi = self.ns_ref(ns)?.index_of(master)?;
+        let m = self.info((ns, mi))?;
+        self.name_free(target, name)?;
+        if let Some(v) = mtu {
+            if !(68..=65535).contains(&v) || v > m.mtu {
+                return Err(invalid(format!("MTU {v} is out of range 68..={}", m.mtu)));
+            }
+        }
+        Ok(((ns, mi), m))
+    }
+
     fn new_link(&mut self, name: &str, kind: &str, mtu: u32, mac: Option<&str>) -> MemLink {
         let mac = match mac {
             Some(m) => m.to_ascii_lowercase(),
@@ -358,6 +393,8 @@ impl MemoryNet {
                 allmulti: false,
                 txqlen: 1000,
                 macvlan_mode: None,
+                vlan_id: None,
+                ipvlan_mode: None,
             },
             addrs: Vec::new(),
             peer: None,
@@ -641,6 +678,8 @@ impl MemNs {
             allmulti: false,
             txqlen: 1000,
             macvlan_mode: None,
+            vlan_id: None,
+            ipvlan_mode: None,
         };
         ns.add_link_sysctls("lo");
         ns.links.insert(
@@ -869,6 +908,9 @@ impl Net for MemoryNet {
             .map(|(_, l)| l)
             .filter(|l| l.lower == Some(lower))
             .collect();
+        if uppers.iter().any(|l| l.info.kind == "ipvlan") {
+            return Err(errno(libc::EBUSY, format!("{master} is an ipvlan master")));
+        }
         let passthru = uppers
             .iter()
             .any(|l| l.info.macvlan_mode == Some(MacvlanMode::Passthru));
@@ -895,6 +937,83 @@ impl Net for MemoryNet {
         if tap {
             link.info.txqlen = 500;
         }
+        let i = self.insert(target, link)?;
+        self.info((target, i))
+    }
+
+    fn create_vlan(
+        &mut self,
+        ns: NsId,
+        name: &str,
+        master: &str,
+        vlan_id: u16,
+        mtu: Option<u32>,
+        target: NsId,
+    ) -> Result<LinkInfo, NetError> {
+        if vlan_id > 4094 {
+            return Err(invalid(format!(
+                "vlan id {vlan_id} is out of range [0, 4094]"
+            )));
+        }
+        let (lower, m) = self.upper_master(ns, name, master, mtu, target)?;
+        if lower.1 == LO {
+            return Err(errno(
+                libc::EOPNOTSUPP,
+                format!("VLANs not supported on {master}"),
+            ));
+        }
+        if self
+            .all_links()
+            .any(|(_, l)| l.lower == Some(lower) && l.info.vlan_id == Some(vlan_id))
+        {
+            return Err(NetError::Exists(format!("vlan {vlan_id} on {master}")));
+        }
+        let mut link = self.new_link(name, "vlan", mtu.unwrap_or(m.mtu), Some(&m.mac));
+        link.lower = Some(lower);
+        link.info.vlan_id = Some(vlan_id);
+        let i = self.insert(target, link)?;
+        self.info((target, i))
+    }
+
+    fn create_ipvlan(
+        &mut self,
+        ns: NsId,
+        name: &str,
+        master: &str,
+        mode: IpvlanMode,
+        mtu: Option<u32>,
+        target: NsId,
+    ) -> Result<LinkInfo, NetError> {
+        let (lower, m) = self.upper_master(ns, name, master, mtu, target)?;
+        if lower.1 == LO || m.kind == "ipvlan" {
+            return Err(invalid(format!(
+                "{master} cannot be an ipvlan master (errno 22)"
+            )));
+        }
+        if m.master.is_some() {
+            return Err(errno(libc::EBUSY, format!("{master} is a bridge port")));
+        }
+        let uppers: Vec<(NsId, u32)> = self
+            .all_links()
+            .filter(|(_, l)| l.lower == Some(lower) && l.info.kind == "ipvlan")
+            .map(|(n, l)| (n, l.info.index))
+            .collect();
+        if self
+            .all_links()
+            .any(|(_, l)| l.lower == Some(lower) && matches!(l.info.kind.as_str(), "macvlan" | "macvtap"))
+        {
+            return Err(errno(libc::EBUSY, format!("{master} is a macvlan master")));
+        }
+        // The mode belongs to the master's port: as in the kernel, a new
+        // ipvlan's mode becomes that of every ipvlan on the master.
+        for u in uppers {
+            if let Some(l) = self.link_mut(u) {
+                l.info.ipvlan_mode = Some(mode);
+            }
+        }
+        let mut link = self.new_link(name, "ipvlan", mtu.unwrap_or(m.mtu), Some(&m.mac));
+        link.lower = Some(lower);
+        link.info.ipvlan_mode = Some(mode);
         let i = self.insert(target, link)?;
         self.info((target, i))
     }
@@ -976,7 +1095,11 @@ impl Net for MemoryNet {
                 if me.kind == "bridge" {
                     return Err(errno(libc::ELOOP, "Can not enslave a bridge to a bridge"));
                 }
-                if self.all_links().any(|(_, l)| l.lower == Some(at)) {
+                // A vlan's lower may be a port; macvlan and ipvlan masters
+                // hold the receive hook a bridge port needs.
+                if self.all_links().any(|(_, l)| {
+                    l.lower == Some(at) && matches!(l.info.kind.as_str(), "macvlan" | "macvtap" | "ipvlan")
+                }) {
                     return Err(errno(libc::EBUSY, format!("{name} is a macvlan master")));
                 }
                 Some(Some(bi))

@@ -80,6 +80,16 @@ pub enum MacvlanMode {
     Passthru,
 }
 
+/// The ipvlan modes (`IPVLAN_MODE_*`): l2 switches frames among the
+/// slaves of one master, l3 routes at the master, l3s adds netfilter on the
+/// slaves' traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IpvlanMode {
+    L2,
+    L3,
+    L3s,
+}
+
 /// What a backend reports about a link.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LinkInfo {
@@ -106,6 +116,9 @@ pub struct LinkInfo {
     pub allmulti: bool,
     pub txqlen: u32,
     pub macvlan_mode: Option<MacvlanMode>,
+    /// For an 802.1Q vlan: its id.
+    pub vlan_id: Option<u16>,
+    pub ipvlan_mode: Option<IpvlanMode>,
 }
 
 /// What identifies a link within its namespace beyond its name: ifindexes
@@ -369,6 +382,30 @@ pub trait Net: Send {
         mac: Option<&str>,
         target: NsId,
         tap: bool,
+    ) -> Result<LinkInfo, NetError>;
+    /// Create an 802.1Q vlan `vlan_id` on `master`, a link of `ns`, directly
+    /// in `target` as `name` (as [`Net::create_macvlan`]). `Exists` if
+    /// `master` already has a vlan of that id.
+    #[allow(clippy::too_many_arguments)]
+    fn create_vlan(
+        &mut self,
+        ns: NsId,
+        name: &str,
+        master: &str,
+        vlan_id: u16,
+        mtu: Option<u32>,
+        target: NsId,
+    ) -> Result<LinkInfo, NetError>;
+    /// Create an ipvlan on `master` directly in `target` as `name`; it has
+    /// its master's MAC. A master carries ipvlans of one mode only.
+    fn create_ipvlan(
+        &mut self,
+        ns: NsId,
+        name: &str,
+        master: &str,
+        mode: IpvlanMode,
+        mtu: Option<u32>,
+        target: NsId,
     ) -> Result<LinkInfo, NetError>;
     /// Create a persistent tap device (kind `tun`), optionally multi-queue and
     /// owned by a uid/gid. `Exists` if the name is taken.

@@ -28,8 +28,8 @@ use super::bindings::cni::plugin::filter::{
 use super::bindings::cni::plugin::ipam::Host as IpamHost;
 use super::bindings::cni::plugin::log::{Host as LogHost, Level};
 use super::bindings::cni::plugin::network::{
-    Address, Host as NetworkHost, HostNetns, LinkSettings, MacvlanMode, RateLimit as WitRateLimit,
-    RouteSpec,
+    Address, Host as NetworkHost, HostNetns, IpvlanMode, LinkSettings, MacvlanMode,
+    RateLimit as WitRateLimit, RouteSpec,
 };
 use super::bindings::cni::plugin::store::Host as StoreHost;
 use super::host_network::NetnsHandle;
@@ -139,6 +139,22 @@ pub enum Import {
         mac: Option<String>,
         target: Handle,
         tap: bool,
+    },
+    CreateVlan {
+        ns: Handle,
+        name: String,
+        master: String,
+        vlan_id: u16,
+        mtu: Option<u32>,
+        target: Handle,
+    },
+    CreateIpvlan {
+        ns: Handle,
+        name: String,
+        master: String,
+        mode: u8,
+        mtu: Option<u32>,
+        target: Handle,
     },
     CreateTap {
         ns: Handle,
@@ -611,6 +627,35 @@ impl ImportHarness {
                     HostNetns::create_macvlan(&mut self.ctx, a, name, master, mode, mtu, mac, t)
                 };
                 r.map(|r| format!("{r:?}"))
+            }
+            Import::CreateVlan {
+                ns,
+                name,
+                master,
+                vlan_id,
+                mtu,
+                target,
+            } => {
+                let (a, t) = (self.ns(ns), self.ns(target));
+                HostNetns::create_vlan(&mut self.ctx, a, name, master, vlan_id, mtu, t)
+                    .map(|r| format!("{r:?}"))
+            }
+            Import::CreateIpvlan {
+                ns,
+                name,
+                master,
+                mode,
+                mtu,
+                target,
+            } => {
+                let (a, t) = (self.ns(ns), self.ns(target));
+                let mode = match mode % 3 {
+                    0 => IpvlanMode::L2,
+                    1 => IpvlanMode::L3,
+                    _ => IpvlanMode::L3s,
+                };
+                HostNetns::create_ipvlan(&mut self.ctx, a, name, master, mode, mtu, t)
+                    .map(|r| format!("{r:?}"))
             }
             Import::CreateTap {
                 ns,

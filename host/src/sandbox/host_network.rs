@@ -11,8 +11,9 @@ use std::sync::{Arc, Mutex};
 use wasmtime::component::Resource;
 
 use super::bindings::cni::plugin::network::{
-    Address, Host, HostNetns, Link, LinkSettings, MacvlanMode as WitMode, NetError as WitError,
-    Qdisc as WitQdisc, RateLimit as WitRateLimit, RouteSpec,
+    Address, Host, HostNetns, IpvlanMode as WitIpvlanMode, Link, LinkSettings,
+    MacvlanMode as WitMode, NetError as WitError, Qdisc as WitQdisc, RateLimit as WitRateLimit,
+    RouteSpec,
 };
 use super::policy::{Basis, ConfigGrants, Grants, PortGrant, Side};
 use super::state::Ctx;
@@ -20,7 +21,8 @@ use crate::cni::Command;
 use crate::filter::{Filter, Rule, Tag};
 use crate::log;
 use crate::net::{
-    self, IpNet, LinkChange, LinkId, LinkInfo, MacvlanMode, Net, NetError, NsId, NsRef, RateLimit,
+    self, IpNet, IpvlanMode, LinkChange, LinkId, LinkInfo, MacvlanMode, Net, NetError, NsId, NsRef,
+    RateLimit,
 };
 
 /// A namespace handle held in the store's resource table.
@@ -188,6 +190,12 @@ fn link_to_wit(l: LinkInfo) -> Link {
             MacvlanMode::Vepa => WitMode::Vepa,
             MacvlanMode::Passthru => WitMode::Passthru,
         }),
+        vlan_id: l.vlan_id,
+        ipvlan_mode: l.ipvlan_mode.map(|m| match m {
+            IpvlanMode::L2 => WitIpvlanMode::L2,
+            IpvlanMode::L3 => WitIpvlanMode::L3,
+            IpvlanMode::L3s => WitIpvlanMode::L3s,
+        }),
     }
 }
 
@@ -232,6 +240,8 @@ enum Ask<'a> {
     Create(Side, &'a str),
     CreateTap(Side, &'a str, Option<u32>, Option<u32>),
     CreateMacvlan(Side, &'a str, MacvlanMode),
+    /// A vlan or ipvlan (the kind).
+    CreateStacked(Side, &'a str, &'static str),
     Change(Side, NsId, &'a str),
     /// Use as a bridge master.
     Enslave(Side, NsId, &'a str),
@@ -251,7 +261,10 @@ fn describe(asks: &[Ask<'_>]) -> String {
         .iter()
         .map(|a| match a {
             Ask::Read => "read".to_string(),
-            Ask::Create(s, n) | Ask::CreateTap(s, n, ..) | Ask::CreateMacvlan(s, n, _) => {
+            Ask::Create(s, n)
+            | Ask::CreateTap(s, n, ..)
+            | Ask::CreateMacvlan(s, n, _)
+            | Ask::CreateStacked(s, n, _) => {
                 format!("create {n} ({})", side(s))
             }
             Ask::Change(s, _, n) => format!("change {n} ({})", side(s)),
@@ -291,6 +304,9 @@ impl Ask<'_> {
             }
             Ask::CreateMacvlan(side, n, mode) => {
                 g.create_macvlan(side, n, mode).map(|()| Basis::Granted)
+            }
+            Ask::CreateStacked(side, n, kind) => {
+                g.create_stacked(side, n, kind).map(|()| Basis::Granted)
             }
             Ask::Change(side, _, n) => g.change(side, n),
             Ask::Enslave(side, _, n) => g.enslave(side, n),
@@ -719,6 +735,39 @@ impl HostNetns for Ctx {
         self.macvlan(ns, name, master, mode, mtu, mac, target, true)
     }
 
+    fn create_vlan(
+        &mut self,
+        ns: Resource<NetnsHandle>,
+        name: String,
+        master: String,
+        vlan_id: u16,
+        mtu: Option<u32>,
+        target: Resource<NetnsHandle>,
+    ) -> R<Link> {
+        self.upper(ns, &name, &master, target, Upper::Vlan, |net, at, to| {
+            net.create_vlan(at, &name, &master, vlan_id, mtu, to)
+        })
+    }
+
+    fn create_ipvlan(
+        &mut self,
+        ns: Resource<NetnsHandle>,
+        name: String,
+        master: String,
+        mode: WitIpvlanMode,
+        mtu: Option<u32>,
+        target: Resource<NetnsHandle>,
+    ) -> R<Link> {
+        let mode = match mode {
+            WitIpvlanMode::L2 => IpvlanMode::L2,
+            WitIpvlanMode::L3 => IpvlanMode::L3,
+            WitIpvlanMode::L3s => IpvlanMode::L3s,
+        };
+        self.upper(ns, &name, &master, target, Upper::Ipvlan, |net, at, to| {
+            net.create_ipvlan(at, &name, &master, mode, mtu, to)
+        })
+    }
+
     fn create_tap(
         &mut self,
         ns: Resource<NetnsHandle>,
@@ -1011,6 +1060,14 @@ impl HostNetns for Ctx {
     }
 }
 
+/// The kinds of link stacked on a master.
+#[derive(Clone, Copy)]
+enum Upper {
+    Macvlan(MacvlanMode),
+    Vlan,
+    Ipvlan,
+}
+
 impl Ctx {
     #[allow(clippy::too_many_arguments)]
     fn macvlan(
@@ -1024,32 +1081,41 @@ impl Ctx {
         target: Resource<NetnsHandle>,
         tap: bool,
     ) -> R<Link> {
+        let mode = mode_from_wit(mode);
+        self.upper(ns, &name, &master, target, Upper::Macvlan(mode), |net, at, to| {
+            net.create_macvlan(at, &name, &master, mode, mtu, mac.as_deref(), to, tap)
+        })
+    }
+
+    /// A link stacked on `master` (a link of `ns`), created in `target`:
+    /// the master is the plugin's to use only if its config names it, or it
+    /// is the default-route link and the plugin's type and config allow that.
+    fn upper(
+        &mut self,
+        ns: Resource<NetnsHandle>,
+        name: &str,
+        master: &str,
+        target: Resource<NetnsHandle>,
+        kind: Upper,
+        create: impl FnOnce(&mut dyn Net, NsId, NsId) -> Result<LinkInfo, NetError>,
+    ) -> R<Link> {
         let (side, id) = self.handle(&ns)?;
         let (target_side, target_id) = self.handle(&target)?;
-        let mode = mode_from_wit(mode);
-        // The master is the plugin's to use only if its config names it, or
-        // it is the default-route link and its type and config allow that.
         let named = self
             .access()
-            .map(|a| a.config.named.contains(&master) && side == Side::Node)
+            .map(|a| a.config.named.contains(master) && side == Side::Node)
             .unwrap_or(false);
-        let default_ok = !named && side == Side::Node && self.is_default_master(id, &master);
-        let mut asks = vec![Ask::CreateMacvlan(target_side, &name, mode)];
+        let default_ok = !named && side == Side::Node && self.is_default_master(id, master);
+        let mut asks = vec![match kind {
+            Upper::Macvlan(mode) => Ask::CreateMacvlan(target_side, name, mode),
+            Upper::Vlan => Ask::CreateStacked(target_side, name, "vlan"),
+            Upper::Ipvlan => Ask::CreateStacked(target_side, name, "ipvlan"),
+        }];
         if !default_ok {
-            asks.push(Ask::Change(side, id, &master));
+            asks.push(Ask::Change(side, id, master));
         }
         let out = self.act(&asks, |net, _| {
-            let link = net.create_macvlan(
-                id,
-                &name,
-                &master,
-                mode,
-                mtu,
-                mac.as_deref(),
-                target_id,
-                tap,
-            )?;
-            Ok((link, Vec::new()))
+            Ok((create(net, id, target_id)?, Vec::new()))
         })?;
         if let Ok(link) = &out {
             self.record_created(target_side, link);

@@ -286,6 +286,18 @@ impl Grants {
         Ok(())
     }
 
+    /// A vlan or ipvlan named `name` on `target`: the container's only (a
+    /// VM takes a tap or a macvtap).
+    pub fn create_stacked(&self, target: Side, name: &str, kind: &str) -> Verdict {
+        self.create(target, name)?;
+        if target != Side::Container {
+            return Err(format!(
+                "{name:?}: a {kind} goes into the container namespace only"
+            ));
+        }
+        Ok(())
+    }
+
     /// May the plugin change `name` (state, addresses, routes, master)?
     pub fn change(&self, side: Side, name: &str) -> Verdict<Basis> {
         self.may_write(&format!("changing link {name:?}"))?;
@@ -798,6 +810,21 @@ mod tests {
         assert!(g
             .create_macvlan(Side::Container, "eth0", MacvlanMode::Passthru)
             .is_ok());
+    }
+
+    #[test]
+    fn vlans_and_ipvlans_go_into_the_container_during_add_only() {
+        let mut g = grants(Command::Add);
+        g.config.vm_node = true;
+        for kind in ["vlan", "ipvlan"] {
+            assert!(g.create_stacked(Side::Container, "eth0", kind).is_ok());
+            // Not even for a VM's config: a VM gets a tap or a macvtap.
+            let e = g.create_stacked(Side::Node, "v0", kind).unwrap_err();
+            assert!(e.contains("container namespace only"), "{e}");
+            assert!(grants(Command::Del)
+                .create_stacked(Side::Container, "eth0", kind)
+                .is_err());
+        }
     }
 
     #[test]

@@ -8,11 +8,12 @@
 use std::net::IpAddr;
 
 use crate::net::{
-    IpNet, IpNetFamily, LinkChange, LinkInfo, MacvlanMode, Net, NetError, NsId, RateLimit, Route,
+    IpNet, IpNetFamily, IpvlanMode, LinkChange, LinkInfo, MacvlanMode, Net, NetError, NsId,
+    RateLimit, Route,
     INGRESS_HANDLE, RT_SCOPE_LINK, RT_SCOPE_UNIVERSE, TBF_HANDLE, TC_H_INGRESS, TC_H_ROOT,
 };
 
-use super::support::{memory_env, require_root, KernelEnv};
+use super::support::{has_module, memory_env, require_root, KernelEnv};
 
 /// Generate one test per case and backend: `shared::memory::CASE` and
 /// `shared::kernel::CASE` (root only).
@@ -39,6 +40,38 @@ macro_rules! both_backends {
         }
     };
 }
+
+/// Cases for link kinds a kernel module provides: on the kernel backend
+/// they run where the module is there, and say so where it is not.
+macro_rules! both_backends_with_module {
+    ($($case:ident: $module:literal),* $(,)?) => {
+        mod memory_modules {
+            $(
+                #[test]
+                fn $case() {
+                    let (mut net, a, b) = super::memory_env();
+                    super::$case(&mut net, a, b);
+                }
+            )*
+        }
+        mod kernel_modules {
+            $(
+                #[test]
+                fn $case() {
+                    super::require_root!();
+                    if !super::has_module($module) {
+                        eprintln!(concat!("skipped: this kernel has no ", $module, " module"));
+                        return;
+                    }
+                    let mut env = super::KernelEnv::new(stringify!($case));
+                    super::$case(&mut env.net, env.a, env.b);
+                }
+            )*
+        }
+    };
+}
+
+both_backends_with_module!(vlan: "8021q", ipvlan: "ipvlan");
 
 both_backends!(
     handles,
@@ -499,6 +532,112 @@ pub fn macvlan_each_mode_in_target(net: &mut dyn Net, a: NsId, b: NsId) {
     net.delete_link(a, "wm0").unwrap();
     assert!(is_not_found(net.link_by_name(b, "mv9")));
     assert!(is_not_found(net.link_by_name(b, "wm0")));
+}
+
+pub fn vlan(net: &mut dyn Net, a: NsId, b: NsId) {
+    let m = net
+        .create_veth(a, "wm0", "wp0", a, Some(1450), None)
+        .unwrap();
+    // Straight into `b`, under a name `a` uses too, with the master's MAC.
+    let v = net.create_vlan(a, "wm0", "wm0", 100, None, b).unwrap();
+    assert_eq!(
+        (v.kind.as_str(), v.vlan_id, v.mtu, v.mac.as_str()),
+        ("vlan", Some(100), 1450, m.mac.as_str())
+    );
+    assert_eq!(net.link_by_name(b, "wm0").unwrap(), v);
+    // Another id on the same master is fine; the same id is not.
+    let v2 = net.create_vlan(a, "v2", "wm0", 200, Some(1400), b).unwrap();
+    assert_eq!((v2.vlan_id, v2.mtu), (Some(200), 1400));
+    assert!(is_exists(net.create_vlan(a, "v3", "wm0", 100, None, b)));
+    assert!(is_exists(net.create_vlan(a, "v2", "wm0", 300, None, b)));
+    assert!(is_invalid(net.create_vlan(a, "v3", "wm0", 4095, None, b)));
+    assert!(is_invalid(net.create_vlan(a, "v3", "wm0", 300, Some(1451), b)));
+    assert!(is_not_found(net.create_vlan(a, "v3", "nope", 300, None, b)));
+    assert_eq!(
+        errno_of(net.create_vlan(a, "v3", "lo", 300, None, b)),
+        Some(libc::EOPNOTSUPP)
+    );
+    // Carrier follows the master; the master may still become a bridge port.
+    net.set_link(b, "v2", &up()).unwrap();
+    assert!(!settled(net, b, "v2", false).oper_up, "master is down");
+    net.set_link(a, "wp0", &up()).unwrap();
+    net.set_link(a, "wm0", &up()).unwrap();
+    assert!(settled(net, b, "v2", true).oper_up);
+    net.ensure_bridge(a, "wbr0", None).unwrap();
+    let port = LinkChange {
+        master: Some("wbr0".into()),
+        ..Default::default()
+    };
+    net.set_link(a, "wm0", &port).unwrap();
+    // Deleting the master takes its vlans along.
+    net.delete_link(a, "wm0").unwrap();
+    assert!(is_not_found(net.link_by_name(b, "wm0")));
+    assert!(is_not_found(net.link_by_name(b, "v2")));
+}
+
+pub fn ipvlan(net: &mut dyn Net, a: NsId, b: NsId) {
+    let m = net
+        .create_veth(a, "wm0", "wp0", a, Some(1450), None)
+        .unwrap();
+    let v = net
+        .create_ipvlan(a, "wm0", "wm0", IpvlanMode::L2, None, b)
+        .unwrap();
+    assert_eq!(
+        (v.kind.as_str(), v.ipvlan_mode, v.mtu, v.mac.as_str()),
+        ("ipvlan", Some(IpvlanMode::L2), 1450, m.mac.as_str())
+    );
+    assert_eq!(net.link_by_name(b, "wm0").unwrap(), v);
+    // The mode is the master's: a second ipvlan in l3 switches the first.
+    let v2 = net
+        .create_ipvlan(a, "iv2", "wm0", IpvlanMode::L3, Some(1400), b)
+        .unwrap();
+    assert_eq!((v2.ipvlan_mode, v2.mtu), (Some(IpvlanMode::L3), 1400));
+    assert_eq!(
+        net.link_by_name(b, "wm0").unwrap().ipvlan_mode,
+        Some(IpvlanMode::L3)
+    );
+    assert!(is_exists(net.create_ipvlan(a, "iv2", "wm0", IpvlanMode::L3, None, b)));
+    assert!(is_invalid(net.create_ipvlan(a, "iv3", "wm0", IpvlanMode::L3, Some(1451), b)));
+    assert!(is_not_found(net.create_ipvlan(a, "iv3", "nope", IpvlanMode::L2, None, b)));
+    assert!(is_invalid(net.create_ipvlan(a, "iv3", "lo", IpvlanMode::L2, None, b)));
+    // One receive hook per master: an ipvlan master carries no macvlan, a
+    // macvlan master no ipvlan, a bridge port neither.
+    assert_eq!(
+        errno_of(net.create_macvlan(a, "mv0", "wm0", MacvlanMode::Bridge, None, None, b, false)),
+        Some(libc::EBUSY)
+    );
+    net.create_veth(a, "wm1", "wp1", a, None, None).unwrap();
+    net.create_macvlan(a, "mv1", "wm1", MacvlanMode::Bridge, None, None, b, false)
+        .unwrap();
+    assert_eq!(
+        errno_of(net.create_ipvlan(a, "iv3", "wm1", IpvlanMode::L2, None, b)),
+        Some(libc::EBUSY)
+    );
+    net.ensure_bridge(a, "wbr0", None).unwrap();
+    net.create_veth(a, "wm2", "wp2", a, None, None).unwrap();
+    let port = LinkChange {
+        master: Some("wbr0".into()),
+        ..Default::default()
+    };
+    net.set_link(a, "wm2", &port).unwrap();
+    assert_eq!(
+        errno_of(net.create_ipvlan(a, "iv3", "wm2", IpvlanMode::L2, None, b)),
+        Some(libc::EBUSY)
+    );
+    assert_eq!(
+        errno_of(net.set_link(a, "wm0", &port)),
+        Some(libc::EBUSY),
+        "an ipvlan master cannot become a port"
+    );
+    // Carrier follows the master; deleting it takes its ipvlans along.
+    net.set_link(b, "iv2", &up()).unwrap();
+    assert!(!settled(net, b, "iv2", false).oper_up, "master is down");
+    net.set_link(a, "wp0", &up()).unwrap();
+    net.set_link(a, "wm0", &up()).unwrap();
+    assert!(settled(net, b, "iv2", true).oper_up);
+    net.delete_link(a, "wm0").unwrap();
+    assert!(is_not_found(net.link_by_name(b, "wm0")));
+    assert!(is_not_found(net.link_by_name(b, "iv2")));
 }
 
 pub fn macvlan_errors(net: &mut dyn Net, a: NsId, b: NsId) {

@@ -25,6 +25,17 @@ macro_rules! require_root {
 }
 pub(crate) use require_root;
 
+/// Whether the kernel can make links of a module's kind (`8021q` for vlan,
+/// `ipvlan`): loaded already, or loadable now.
+pub fn has_module(module: &str) -> bool {
+    std::path::Path::new("/sys/module").join(module).exists()
+        || Command::new("modprobe")
+            .arg(module)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+}
+
 /// A network namespace made with `ip netns add`, deleted on drop.
 pub struct Netns {
     pub name: String,
