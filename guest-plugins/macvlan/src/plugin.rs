@@ -4,9 +4,9 @@ use serde::Deserialize;
 use wasm_cni_sdk::check;
 use wasm_cni_sdk::config::{self, NetConf};
 use wasm_cni_sdk::mac;
-use wasm_cni_sdk::macvlan::{self as shared, check_link, configure_link};
 use wasm_cni_sdk::net::{Link, MacvlanMode, Ops};
 use wasm_cni_sdk::plugin::{self, DelOrder};
+use wasm_cni_sdk::stacked::{self as shared, check_link, configure_link, macvlan_mode_is};
 use wasm_cni_sdk::{Attachment, CniError, CniResult, Host, Plugin, Request};
 
 #[derive(Debug, Default, Deserialize)]
@@ -93,7 +93,7 @@ impl Plugin for Macvlan {
                 &cont,
             )
             .map_err(|e| e.into_cni("failed to create macvlan"))?;
-        let added = configure_link(host, &cont, &conf.net, req, &link);
+        let added = configure_link(host, &cont, &conf.net, req, &link, None);
         plugin::undo_link_on_error(host, &cont, &req.ifname, added)
     }
 
@@ -115,7 +115,13 @@ impl Plugin for Macvlan {
             .prev_result
             .as_ref()
             .ok_or_else(|| CniError::internal("required prevResult missing"))?;
-        check_link(&cont, req, prev, "macvlan", conf.mode)?;
+        check_link(
+            &cont,
+            req,
+            prev,
+            "macvlan",
+            macvlan_mode_is("macvlan", conf.mode),
+        )?;
         check::validate_interface_ips(&cont, &req.ifname, prev)?;
         check::validate_routes(&cont, &prev.routes)
     }

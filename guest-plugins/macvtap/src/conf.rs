@@ -6,8 +6,8 @@ use serde::Deserialize;
 use serde_json::Value;
 use wasm_cni_sdk::config::{self, NetConf};
 use wasm_cni_sdk::mac;
-use wasm_cni_sdk::macvlan as shared;
 use wasm_cni_sdk::net::{Link, MacvlanMode, Ops};
+use wasm_cni_sdk::stacked as shared;
 use wasm_cni_sdk::CniError;
 
 #[derive(Debug, Default, Deserialize)]

@@ -1,9 +1,9 @@
 //! The macvtap verbs, generic over the host.
 
 use wasm_cni_sdk::check;
-use wasm_cni_sdk::macvlan::{check_link, configure_link};
 use wasm_cni_sdk::net::{Link, LinkSettings, Ops};
 use wasm_cni_sdk::plugin::{self, DelOrder};
+use wasm_cni_sdk::stacked::{check_link, configure_link, macvlan_mode_is};
 use wasm_cni_sdk::{Attachment, CniError, CniResult, Host, Plugin, Request};
 
 use crate::conf::{load, Conf};
@@ -47,7 +47,13 @@ impl Plugin for Macvtap {
             host.ipam_check()?;
         }
         let prev = check::require_prev_result(req.prev_result.as_ref())?;
-        let link = check_link(&cont, req, prev, "macvtap", conf.mode)?;
+        let link = check_link(
+            &cont,
+            req,
+            prev,
+            "macvtap",
+            macvlan_mode_is("macvtap", conf.mode),
+        )?;
         if conf.promisc && !link.promisc {
             return Err(CniError::internal(format!(
                 "interface {} is not in promiscuous mode (promiscMode)",
@@ -89,5 +95,5 @@ fn configure<H: Host>(
         cont.set_link(ifname, &tune)
             .map_err(|e| e.into_cni(format_args!("failed to configure {ifname:?}")))?;
     }
-    configure_link(host, cont, &conf.net, req, link)
+    configure_link(host, cont, &conf.net, req, link, None)
 }

@@ -29,8 +29,8 @@ use crate::filter::{FilterError, Rule};
 use crate::host::{Host, Level, StoreEntry, StoreError};
 use crate::ip::{parse_cidr, parse_ip, IpNet, IpNetExt};
 use crate::net::{
-    scope, Link, LinkSettings, MacvlanMode, NetError, NetResult, Ops, Qdisc, RateLimit, RouteSpec,
-    MAIN_TABLE,
+    scope, IpvlanMode, Link, LinkSettings, MacvlanMode, NetError, NetResult, Ops, Qdisc, RateLimit,
+    RouteSpec, MAIN_TABLE,
 };
 use crate::types::{Attachment, CniResult, IpConfig, Request, Route};
 
@@ -1046,18 +1046,18 @@ impl FakeNs {
         f(&mut w, self.id)
     }
 
-    /// A macvlan or (`kind` "macvtap") macvtap on `master`, here, as `name`
-    /// in `target`.
+    /// A link of `kind` stacked on `master`, here, as `name` in `target`;
+    /// `finish` sets what is particular to the kind (it sees the master).
     #[allow(clippy::too_many_arguments)]
-    fn macvlan(
+    fn upper(
         &self,
         kind: &str,
         name: &str,
         master: &str,
-        mode: MacvlanMode,
         mtu: Option<u32>,
         mac: Option<&str>,
         target: &Self,
+        finish: impl FnOnce(&mut Link, &Link),
     ) -> NetResult<Link> {
         let target_id = target.id;
         self.with(&format!("create_{kind}"), name, |w, id| {
@@ -1085,17 +1085,34 @@ impl FakeNs {
             w.new_link(target_id, name, kind, mtu, false);
             let ns = &mut w.ns[target_id.index()];
             let i = ns.links.len() - 1;
-            ns.links[i].link.macvlan_mode = Some(mode);
             ns.links[i].link.master = None;
-            if kind == "macvtap" {
-                // The kernel's default for a macvtap.
-                ns.links[i].link.txqlen = 500;
-            }
+            finish(&mut ns.links[i].link, &master_link);
             if let Some(mac) = mac {
                 ns.links[i].link.mac = mac;
             }
             ns.created.push(name.into());
             Ok(w.describe(target_id, i))
+        })
+    }
+
+    /// A macvlan or (`kind` "macvtap") macvtap.
+    #[allow(clippy::too_many_arguments)]
+    fn macvlan(
+        &self,
+        kind: &str,
+        name: &str,
+        master: &str,
+        mode: MacvlanMode,
+        mtu: Option<u32>,
+        mac: Option<&str>,
+        target: &Self,
+    ) -> NetResult<Link> {
+        self.upper(kind, name, master, mtu, mac, target, |l, _| {
+            l.macvlan_mode = Some(mode);
+            if kind == "macvtap" {
+                // The kernel's default for a macvtap.
+                l.txqlen = 500;
+            }
         })
     }
 }
@@ -1227,6 +1244,37 @@ impl Ops for FakeNs {
         target: &Self,
     ) -> NetResult<Link> {
         self.macvlan("macvtap", name, master, mode, mtu, mac, target)
+    }
+
+    fn create_vlan(
+        &self,
+        name: &str,
+        master: &str,
+        vlan_id: u16,
+        mtu: Option<u32>,
+        target: &Self,
+    ) -> NetResult<Link> {
+        if vlan_id > 4094 {
+            return Err(NetError::Invalid(format!("vlan id {vlan_id}")));
+        }
+        self.upper("vlan", name, master, mtu, None, target, |l, m| {
+            l.vlan_id = Some(vlan_id);
+            l.mac.clone_from(&m.mac);
+        })
+    }
+
+    fn create_ipvlan(
+        &self,
+        name: &str,
+        master: &str,
+        mode: IpvlanMode,
+        mtu: Option<u32>,
+        target: &Self,
+    ) -> NetResult<Link> {
+        self.upper("ipvlan", name, master, mtu, None, target, |l, m| {
+            l.ipvlan_mode = Some(mode);
+            l.mac.clone_from(&m.mac);
+        })
     }
 
     fn create_tap(

@@ -9,7 +9,8 @@ use std::marker::PhantomData;
 use crate::error::CniError;
 use crate::host::{Host, Level, Plugin, StoreEntry, StoreError};
 use crate::net::{
-    Link, LinkSettings, MacvlanMode, NetError, NetResult, Ops, Qdisc, RateLimit, RouteSpec,
+    IpvlanMode, Link, LinkSettings, MacvlanMode, NetError, NetResult, Ops, Qdisc, RateLimit,
+    RouteSpec,
 };
 use crate::types::{Attachment, CniResult, Dns, Interface, IpConfig, Request, Route};
 
@@ -221,6 +222,22 @@ fn mode_from_wit(m: wnet::MacvlanMode) -> MacvlanMode {
     }
 }
 
+fn ipvlan_to_wit(m: IpvlanMode) -> wnet::IpvlanMode {
+    match m {
+        IpvlanMode::L2 => wnet::IpvlanMode::L2,
+        IpvlanMode::L3 => wnet::IpvlanMode::L3,
+        IpvlanMode::L3s => wnet::IpvlanMode::L3s,
+    }
+}
+
+fn ipvlan_from_wit(m: wnet::IpvlanMode) -> IpvlanMode {
+    match m {
+        wnet::IpvlanMode::L2 => IpvlanMode::L2,
+        wnet::IpvlanMode::L3 => IpvlanMode::L3,
+        wnet::IpvlanMode::L3s => IpvlanMode::L3s,
+    }
+}
+
 impl From<wnet::Link> for Link {
     fn from(l: wnet::Link) -> Self {
         Self {
@@ -237,6 +254,8 @@ impl From<wnet::Link> for Link {
             allmulti: l.allmulti,
             txqlen: l.txqlen,
             macvlan_mode: l.macvlan_mode.map(mode_from_wit),
+            vlan_id: l.vlan_id,
+            ipvlan_mode: l.ipvlan_mode.map(ipvlan_from_wit),
         }
     }
 }
@@ -339,6 +358,34 @@ impl Ops for WitNs {
         Ok(self
             .0
             .create_macvtap(name, master, mode_to_wit(mode), mtu, mac, &target.0)?
+            .into())
+    }
+
+    fn create_vlan(
+        &self,
+        name: &str,
+        master: &str,
+        vlan_id: u16,
+        mtu: Option<u32>,
+        target: &Self,
+    ) -> NetResult<Link> {
+        Ok(self
+            .0
+            .create_vlan(name, master, vlan_id, mtu, &target.0)?
+            .into())
+    }
+
+    fn create_ipvlan(
+        &self,
+        name: &str,
+        master: &str,
+        mode: IpvlanMode,
+        mtu: Option<u32>,
+        target: &Self,
+    ) -> NetResult<Link> {
+        Ok(self
+            .0
+            .create_ipvlan(name, master, ipvlan_to_wit(mode), mtu, &target.0)?
             .into())
     }
 

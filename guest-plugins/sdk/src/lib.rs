@@ -11,8 +11,9 @@
 //! * [`iface`], [`veth`], [`check`]: the reference `ConfigureIface` (and
 //!   the IPAM step of ADD built on it), `SetupVeth` and CHECK validation;
 //! * [`plugin`]: verb-level steps (opening namespaces, rollback, DEL of a
-//!   container link, STATUS/GC forwarded to IPAM); [`macvlan`]: what the
-//!   macvlan and macvtap plugins share;
+//!   container link, STATUS/GC forwarded to IPAM); [`stacked`]: what the
+//!   plugins whose link sits on a master share (macvlan, macvtap, ipvlan,
+//!   vlan);
 //! * [`fake`] (tests or feature `fake`): an in-memory host for native unit
 //!   tests, and [`fake::suite`], assertions the plugins' tests share.
 
@@ -35,10 +36,10 @@ pub mod host;
 pub mod iface;
 pub mod ip;
 pub mod mac;
-pub mod macvlan;
 pub mod naming;
 pub mod net;
 pub mod plugin;
+pub mod stacked;
 pub mod types;
 pub mod veth;
 pub mod vm;

@@ -85,6 +85,35 @@ impl MacvlanMode {
     }
 }
 
+/// An ipvlan master's mode (WIT `ipvlan-mode`), shared by all its ipvlans.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum IpvlanMode {
+    #[default]
+    L2,
+    L3,
+    L3s,
+}
+
+impl IpvlanMode {
+    /// The reference's `modeFromString`: `""` means l2.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "" | "l2" => Some(Self::L2),
+            "l3" => Some(Self::L3),
+            "l3s" => Some(Self::L3s),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::L2 => "l2",
+            Self::L3 => "l3",
+            Self::L3s => "l3s",
+        }
+    }
+}
+
 /// What `describe` reports about a link (WIT `link`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Link {
@@ -105,6 +134,9 @@ pub struct Link {
     pub allmulti: bool,
     pub txqlen: u32,
     pub macvlan_mode: Option<MacvlanMode>,
+    /// For an 802.1Q vlan: its id.
+    pub vlan_id: Option<u16>,
+    pub ipvlan_mode: Option<IpvlanMode>,
 }
 
 /// A route (WIT `route-spec`).
@@ -219,6 +251,26 @@ pub trait Ops {
         mode: MacvlanMode,
         mtu: Option<u32>,
         mac: Option<&str>,
+        target: &Self,
+    ) -> NetResult<Link>;
+    /// Creates an 802.1Q vlan `vlan_id` on `master` (a link here) as `name`
+    /// in `target`, with the master's MAC.
+    fn create_vlan(
+        &self,
+        name: &str,
+        master: &str,
+        vlan_id: u16,
+        mtu: Option<u32>,
+        target: &Self,
+    ) -> NetResult<Link>;
+    /// Creates an ipvlan on `master` (a link here) as `name` in `target`,
+    /// with the master's MAC; `mode` becomes that of every ipvlan on it.
+    fn create_ipvlan(
+        &self,
+        name: &str,
+        master: &str,
+        mode: IpvlanMode,
+        mtu: Option<u32>,
         target: &Self,
     ) -> NetResult<Link>;
     /// Creates a persistent tap device `name` here (via /dev/net/tun), owned

@@ -1,8 +1,8 @@
-//! What the macvlan and macvtap plugins share (a macvtap is a macvlan with
-//! a tap character device, and the plugin follows the reference macvlan):
-//! the mode, the master link and its MTU bound, the ADD after the link
-//! exists, and the link part of CHECK. `kind` is `"macvlan"` or
-//! `"macvtap"`, as the link reports it and as the messages name it.
+//! What the plugins whose link is stacked on a master share — macvlan,
+//! macvtap (a macvlan with a tap character device), ipvlan and vlan, all
+//! following the reference macvlan: the mode, the master link and its MTU
+//! bound, the ADD after the link exists, and the link part of CHECK. `kind`
+//! is the link's kind as it reports it and as the messages name it.
 
 use crate::check::{self, mac_matches};
 use crate::config::NetConf;
@@ -10,15 +10,24 @@ use crate::error::CniError;
 use crate::host::Host;
 use crate::iface::{self, Notify};
 use crate::ip::{parse_cidr, Family, IpNetExt};
-use crate::net::{Link, MacvlanMode, Ops};
+use crate::net::{IpvlanMode, Link, MacvlanMode, Ops};
 use crate::types::{CniResult, Request};
 
-/// Parses `mode` (absent or `""`: bridge); an unknown one is code 7
-/// `unknown <kind> mode: "<mode>"`.
+/// Parses a macvlan `mode` (absent or `""`: bridge); an unknown one is
+/// code 7 `unknown <kind> mode: "<mode>"`.
 pub fn parse_mode(kind: &str, mode: Option<&str>) -> Result<MacvlanMode, CniError> {
     let text = mode.unwrap_or_default();
-    MacvlanMode::parse(text)
-        .ok_or_else(|| CniError::invalid_config(format!("unknown {kind} mode: {text:?}")))
+    MacvlanMode::parse(text).ok_or_else(|| unknown_mode(kind, text))
+}
+
+/// Parses an ipvlan `mode` (absent or `""`: l2), as [`parse_mode`].
+pub fn parse_ipvlan_mode(mode: Option<&str>) -> Result<IpvlanMode, CniError> {
+    let text = mode.unwrap_or_default();
+    IpvlanMode::parse(text).ok_or_else(|| unknown_mode("ipvlan", text))
+}
+
+fn unknown_mode(kind: &str, text: &str) -> CniError {
+    CniError::invalid_config(format!("unknown {kind} mode: {text:?}"))
 }
 
 /// The first link with an IPv4 default route, else the first with an IPv6
@@ -69,23 +78,36 @@ pub fn resolve_master<N: Ops>(
 }
 
 /// ADD after the link exists as CNI_IFNAME in `cont`: with IPAM,
-/// [`iface::attach_ipam`] (`arp_notify` and `ndisc_notify`), else the link
-/// is set up; the MAC is re-read, and the result carries the config's `dns`
-/// only (the reference drops IPAM's). The caller deletes the link on error;
-/// an IPAM allocation made here is released here.
+/// [`iface::attach_ipam`] (`arp_notify` and `ndisc_notify`); without, the
+/// addresses of `chained` (a prevResult, for plugins that take them, as
+/// ipvlan does) if it has any, else the link is just set up. The MAC is
+/// re-read, and the result carries the config's `dns` only (the reference
+/// drops IPAM's). The caller deletes the link on error; an IPAM allocation
+/// made here is released here.
 pub fn configure_link<H: Host>(
     host: &H,
     cont: &H::Ns,
     net: &NetConf,
     req: &Request,
     link: &Link,
+    chained: Option<&CniResult>,
 ) -> Result<CniResult, CniError> {
     let ifname = req.ifname.as_str();
     let mut result = iface::container_result(req, link);
-    if net.has_ipam() {
-        iface::attach_ipam(host, cont, ifname, 0, Notify::ArpAndNdisc, &mut result)?;
-    } else {
-        iface::link_up(cont, ifname)?;
+    match chained.filter(|p| !net.has_ipam() && !p.ips.is_empty()) {
+        Some(prev) => {
+            result.ips.clone_from(&prev.ips);
+            result.routes.clone_from(&prev.routes);
+            for ipc in &mut result.ips {
+                ipc.interface = Some(0);
+            }
+            Notify::ArpAndNdisc.apply(cont, ifname);
+            iface::configure_iface(cont, ifname, &result)?;
+        }
+        None if net.has_ipam() => {
+            iface::attach_ipam(host, cont, ifname, 0, Notify::ArpAndNdisc, &mut result)?;
+        }
+        None => iface::link_up(cont, ifname)?,
     }
     iface::refresh_mac(cont, &mut result.interfaces[0]);
     result.dns = net.dns_if_set();
@@ -93,14 +115,15 @@ pub fn configure_link<H: Host>(
 }
 
 /// The link part of CHECK: prevResult records CNI_IFNAME in CNI_NETNS, and
-/// the link of that name is a `kind` link in `mode` with the recorded MAC.
-/// Returns the link for the caller's own checks.
+/// the link of that name is a `kind` link that passes `particular` (its
+/// mode, its vlan id) with the recorded MAC. Returns the link for the
+/// caller's own checks.
 pub fn check_link<N: Ops>(
     cont: &N,
     req: &Request,
     prev: &CniResult,
     kind: &str,
-    mode: MacvlanMode,
+    particular: impl FnOnce(&Link) -> Result<(), CniError>,
 ) -> Result<Link, CniError> {
     let netns = req.netns.as_deref();
     let cont_map = check::container_interface(prev, &req.ifname, netns).ok_or_else(|| {
@@ -121,13 +144,7 @@ pub fn check_link<N: Ops>(
             link.name
         )));
     }
-    if let Some(actual) = link.macvlan_mode.filter(|m| *m != mode) {
-        return Err(CniError::internal(format!(
-            "container {kind} mode {} does not match expected value: {}",
-            actual.as_str(),
-            mode.as_str()
-        )));
-    }
+    particular(&link)?;
     if !mac_matches(cont_map.mac.as_deref(), &link) {
         return Err(CniError::internal(format!(
             "interface {} Mac {} doesn't match container Mac: {}",
@@ -137,6 +154,24 @@ pub fn check_link<N: Ops>(
         )));
     }
     Ok(link)
+}
+
+/// For [`check_link`]: the link's mode (if it reports one) is `expected`.
+pub fn mode_is(kind: &str, actual: Option<&str>, expected: &str) -> Result<(), CniError> {
+    match actual {
+        Some(actual) if actual != expected => Err(CniError::internal(format!(
+            "container {kind} mode {actual} does not match expected value: {expected}"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// For [`check_link`]: a macvlan's or macvtap's mode is `mode`.
+pub fn macvlan_mode_is(
+    kind: &str,
+    mode: MacvlanMode,
+) -> impl FnOnce(&Link) -> Result<(), CniError> + '_ {
+    move |l| mode_is(kind, l.macvlan_mode.map(MacvlanMode::as_str), mode.as_str())
 }
 
 #[cfg(test)]
