@@ -452,6 +452,21 @@ pub fn is_root(test: &str) -> bool {
     root
 }
 
+/// Whether the kernel can make links of a module's kind (`8021q` for
+/// vlan, `ipvlan`); if not, says that `test` skips and why.
+pub fn has_module(test: &str, module: &str) -> bool {
+    let there = std::path::Path::new("/sys/module").join(module).exists()
+        || Command::new("modprobe")
+            .arg(module)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+    if !there {
+        eprintln!("SKIP {test}: this kernel has no {module} module");
+    }
+    there
+}
+
 /// Run a command, panicking with its output if it fails.
 pub fn sh(args: &[&str]) -> String {
     let out = Command::new(args[0])

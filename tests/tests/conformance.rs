@@ -30,6 +30,8 @@ fn sandbox(tag: &str) -> Sandbox {
         "bridge",
         "ptp",
         "macvlan",
+        "vlan",
+        "ipvlan",
         "loopback",
         "tuning",
         "static",
@@ -276,6 +278,16 @@ struct Scenario {
     chain: Vec<Value>,
     /// Prepare the node namespace (e.g. a macvlan parent).
     setup: fn(&Pod),
+    /// The kernel module its links need, where one may be missing.
+    module: Option<&'static str>,
+}
+
+impl Scenario {
+    /// Whether this kernel can run it (if not, the test says it skips it).
+    fn runnable(&self, test: &str) -> bool {
+        self.module
+            .is_none_or(|m| wasm_cni_tests::has_module(&format!("{test} ({})", self.name), m))
+    }
 }
 
 fn no_setup(_: &Pod) {}
@@ -309,6 +321,7 @@ fn scenarios() -> Vec<Scenario> {
                 json!({"type":"bridge","bridge":"cbr0","isGateway":true,"ipam":stat("10.210.1.5/24","10.210.1.1")}),
             ],
             setup: no_setup,
+            module: None,
         },
         Scenario {
             name: "bridge+host-local",
@@ -316,11 +329,13 @@ fn scenarios() -> Vec<Scenario> {
                 "ipam":{"type":"host-local","subnet":"10.210.5.0/24","routes":[{"dst":"0.0.0.0/0"}],
                         "dataDir": DATA_DIR}})],
             setup: no_setup,
+            module: None,
         },
         Scenario {
             name: "ptp+static",
             chain: vec![json!({"type":"ptp","mtu":1400,"ipam":stat("10.210.2.5/24","10.210.2.1")})],
             setup: no_setup,
+            module: None,
         },
         Scenario {
             name: "macvlan+static",
@@ -328,6 +343,23 @@ fn scenarios() -> Vec<Scenario> {
                 json!({"type":"macvlan","master":"uplink0","mode":"bridge","ipam":stat("10.210.3.5/24","10.210.3.1")}),
             ],
             setup: macvlan_parent,
+            module: None,
+        },
+        Scenario {
+            name: "vlan+static",
+            chain: vec![
+                json!({"type":"vlan","master":"uplink0","vlanId":42,"mtu":1400,"ipam":stat("10.210.6.5/24","10.210.6.1")}),
+            ],
+            setup: macvlan_parent,
+            module: Some("8021q"),
+        },
+        Scenario {
+            name: "ipvlan+static",
+            chain: vec![
+                json!({"type":"ipvlan","master":"uplink0","mode":"l2","ipam":stat("10.210.7.5/24","10.210.7.1")}),
+            ],
+            setup: macvlan_parent,
+            module: Some("ipvlan"),
         },
         Scenario {
             name: "ptp+tuning",
@@ -338,11 +370,13 @@ fn scenarios() -> Vec<Scenario> {
                     "dataDir": DATA_DIR}),
             ],
             setup: no_setup,
+            module: None,
         },
         Scenario {
             name: "loopback",
             chain: vec![json!({"type":"loopback"})],
             setup: no_setup,
+            module: None,
         },
     ]
 }
@@ -397,6 +431,9 @@ macro_rules! conformance {
                 return;
             }
             let s = scenarios().into_iter().find(|s| s.name == $scenario).unwrap();
+            if !s.runnable(stringify!($test)) {
+                return;
+            }
             for v in VERSIONS {
                 run_scenario(&s, v);
             }
@@ -409,6 +446,8 @@ conformance! {
     bridge_host_local_matches_the_reference => "bridge+host-local",
     ptp_static_matches_the_reference => "ptp+static",
     macvlan_static_matches_the_reference => "macvlan+static",
+    vlan_static_matches_the_reference => "vlan+static",
+    ipvlan_static_matches_the_reference => "ipvlan+static",
     tuning_after_ptp_matches_the_reference => "ptp+tuning",
     loopback_matches_the_reference => "loopback",
 }
@@ -421,6 +460,9 @@ fn every_scenario_works_at_1_1_0() {
         return;
     }
     for s in scenarios() {
+        if !s.runnable("every_scenario_works_at_1_1_0") {
+            continue;
+        }
         let sb = sandbox("v11");
         let pod = Pod::new("v");
         (s.setup)(&pod);
@@ -476,6 +518,54 @@ fn two_containers_on_one_bridge_reach_each_other_and_the_gateway() {
     b.exec(&["ping", "-c", "1", "-W", "2", "10.211.0.2"]);
     a.exec(&["ping", "-c", "1", "-W", "2", "10.211.0.1"]);
     node.exec(&["ping", "-c", "1", "-W", "2", "10.211.0.3"]);
+}
+
+/// Pods on vlans and ipvlans of the node's links talk over them: two pods
+/// tagged 42 on the two ends of a veth (a wire between two NICs), and two
+/// l2 ipvlans of one link.
+#[test]
+fn pods_on_vlans_and_ipvlans_reach_each_other() {
+    let test = "pods_on_vlans_and_ipvlans_reach_each_other";
+    if !is_root(test) {
+        return;
+    }
+    let sb = sandbox("stack");
+    for (module, kind) in [("8021q", "vlan"), ("ipvlan", "ipvlan")] {
+        if !wasm_cni_tests::has_module(&format!("{test} ({kind})"), module) {
+            continue;
+        }
+        let node = Netns::new("sn");
+        node.exec(&[
+            "ip", "link", "add", "uplink0", "type", "veth", "peer", "uplink1",
+        ]);
+        node.exec(&["ip", "link", "set", "uplink0", "up"]);
+        node.exec(&["ip", "link", "set", "uplink1", "up"]);
+        let (a, b) = (Netns::new("sa"), Netns::new("sb"));
+        for (ctr, ip, id, master) in [
+            (&a, "10.212.0.2/24", "sa", "uplink0"),
+            (
+                &b,
+                "10.212.0.3/24",
+                "sb",
+                if kind == "vlan" { "uplink1" } else { "uplink0" },
+            ),
+        ] {
+            let plugin = match kind {
+                "vlan" => json!({"type":"vlan","master":master,"vlanId":42}),
+                _ => json!({"type":"ipvlan","master":master,"mode":"l2"}),
+            };
+            let mut plugin = plugin;
+            plugin["ipam"] = json!({"type":"static","addresses":[{"address":ip}]});
+            let conf = sb.conf("1.1.0", "stacked", json!([plugin]));
+            Invocation::new("ADD")
+                .id(id)
+                .netns(ctr.path())
+                .run_in(Some(&node.name), &conf)
+                .assert_ok();
+        }
+        a.exec(&["ping", "-c", "1", "-W", "2", "10.212.0.3"]);
+        b.exec(&["ping", "-c", "1", "-W", "2", "10.212.0.2"]);
+    }
 }
 
 fn bridge_pod(tag: &str) -> (Sandbox, Pod, Value) {

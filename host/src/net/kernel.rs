@@ -44,8 +44,8 @@ use rustix::thread::{move_into_link_name_space, LinkNameSpaceType};
 use self::socket::{NlError, NlSocket};
 use super::{
     broadcast_v4, check_link_name, check_route, check_sysctl_key, default_net, format_mac, ip_net,
-    parse_mac, IpNet, IpNetFamily, IpvlanMode, LinkChange, LinkInfo, MacvlanMode, Net, NetError, NsId, NsRef,
-    Qdisc, RateLimit, Route, Tbf, DEFAULT_TICKS_PER_US, INGRESS_HANDLE, RT_SCOPE_LINK,
+    parse_mac, IpNet, IpNetFamily, IpvlanMode, LinkChange, LinkInfo, MacvlanMode, Net, NetError,
+    NsId, NsRef, Qdisc, RateLimit, Route, Tbf, DEFAULT_TICKS_PER_US, INGRESS_HANDLE, RT_SCOPE_LINK,
     RT_SCOPE_UNIVERSE, RT_TABLE_MAIN, TBF_HANDLE, TC_H_INGRESS, TC_H_ROOT,
 };
 

@@ -61,9 +61,9 @@ use std::path::PathBuf;
 
 use super::{
     check_link_name, check_route, check_sysctl_key, format_mac, parse_mac, IpNet, IpNetFamily,
-    IpvlanMode, Ipv4Net, Ipv6Net, LinkChange, LinkInfo, MacvlanMode, Net, NetError, NsId, NsRef, Qdisc,
-    RateLimit, Route, INGRESS_HANDLE, RT_SCOPE_LINK, RT_SCOPE_UNIVERSE, RT_TABLE_MAIN, TBF_HANDLE,
-    TC_H_INGRESS, TC_H_ROOT,
+    Ipv4Net, Ipv6Net, IpvlanMode, LinkChange, LinkInfo, MacvlanMode, Net, NetError, NsId, NsRef,
+    Qdisc, RateLimit, Route, INGRESS_HANDLE, RT_SCOPE_LINK, RT_SCOPE_UNIVERSE, RT_TABLE_MAIN,
+    TBF_HANDLE, TC_H_INGRESS, TC_H_ROOT,
 };
 
 const LO: u32 = 1;
@@ -998,10 +998,9 @@ impl Net for MemoryNet {
             .filter(|(_, l)| l.lower == Some(lower) && l.info.kind == "ipvlan")
             .map(|(n, l)| (n, l.info.index))
             .collect();
-        if self
-            .all_links()
-            .any(|(_, l)| l.lower == Some(lower) && matches!(l.info.kind.as_str(), "macvlan" | "macvtap"))
-        {
+        if self.all_links().any(|(_, l)| {
+            l.lower == Some(lower) && matches!(l.info.kind.as_str(), "macvlan" | "macvtap")
+        }) {
             return Err(errno(libc::EBUSY, format!("{master} is a macvlan master")));
         }
         // The mode belongs to the master's port: as in the kernel, a new
@@ -1098,7 +1097,8 @@ impl Net for MemoryNet {
                 // A vlan's lower may be a port; macvlan and ipvlan masters
                 // hold the receive hook a bridge port needs.
                 if self.all_links().any(|(_, l)| {
-                    l.lower == Some(at) && matches!(l.info.kind.as_str(), "macvlan" | "macvtap" | "ipvlan")
+                    l.lower == Some(at)
+                        && matches!(l.info.kind.as_str(), "macvlan" | "macvtap" | "ipvlan")
                 }) {
                     return Err(errno(libc::EBUSY, format!("{name} is a macvlan master")));
                 }

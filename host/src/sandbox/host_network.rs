@@ -1082,9 +1082,16 @@ impl Ctx {
         tap: bool,
     ) -> R<Link> {
         let mode = mode_from_wit(mode);
-        self.upper(ns, &name, &master, target, Upper::Macvlan(mode), |net, at, to| {
-            net.create_macvlan(at, &name, &master, mode, mtu, mac.as_deref(), to, tap)
-        })
+        self.upper(
+            ns,
+            &name,
+            &master,
+            target,
+            Upper::Macvlan(mode),
+            |net, at, to| {
+                net.create_macvlan(at, &name, &master, mode, mtu, mac.as_deref(), to, tap)
+            },
+        )
     }
 
     /// A link stacked on `master` (a link of `ns`), created in `target`:

@@ -9,8 +9,8 @@ use std::net::IpAddr;
 
 use crate::net::{
     IpNet, IpNetFamily, IpvlanMode, LinkChange, LinkInfo, MacvlanMode, Net, NetError, NsId,
-    RateLimit, Route,
-    INGRESS_HANDLE, RT_SCOPE_LINK, RT_SCOPE_UNIVERSE, TBF_HANDLE, TC_H_INGRESS, TC_H_ROOT,
+    RateLimit, Route, INGRESS_HANDLE, RT_SCOPE_LINK, RT_SCOPE_UNIVERSE, TBF_HANDLE, TC_H_INGRESS,
+    TC_H_ROOT,
 };
 
 use super::support::{has_module, memory_env, require_root, KernelEnv};
@@ -551,7 +551,14 @@ pub fn vlan(net: &mut dyn Net, a: NsId, b: NsId) {
     assert!(is_exists(net.create_vlan(a, "v3", "wm0", 100, None, b)));
     assert!(is_exists(net.create_vlan(a, "v2", "wm0", 300, None, b)));
     assert!(is_invalid(net.create_vlan(a, "v3", "wm0", 4095, None, b)));
-    assert!(is_invalid(net.create_vlan(a, "v3", "wm0", 300, Some(1451), b)));
+    assert!(is_invalid(net.create_vlan(
+        a,
+        "v3",
+        "wm0",
+        300,
+        Some(1451),
+        b
+    )));
     assert!(is_not_found(net.create_vlan(a, "v3", "nope", 300, None, b)));
     assert_eq!(
         errno_of(net.create_vlan(a, "v3", "lo", 300, None, b)),
@@ -596,10 +603,38 @@ pub fn ipvlan(net: &mut dyn Net, a: NsId, b: NsId) {
         net.link_by_name(b, "wm0").unwrap().ipvlan_mode,
         Some(IpvlanMode::L3)
     );
-    assert!(is_exists(net.create_ipvlan(a, "iv2", "wm0", IpvlanMode::L3, None, b)));
-    assert!(is_invalid(net.create_ipvlan(a, "iv3", "wm0", IpvlanMode::L3, Some(1451), b)));
-    assert!(is_not_found(net.create_ipvlan(a, "iv3", "nope", IpvlanMode::L2, None, b)));
-    assert!(is_invalid(net.create_ipvlan(a, "iv3", "lo", IpvlanMode::L2, None, b)));
+    assert!(is_exists(net.create_ipvlan(
+        a,
+        "iv2",
+        "wm0",
+        IpvlanMode::L3,
+        None,
+        b
+    )));
+    assert!(is_invalid(net.create_ipvlan(
+        a,
+        "iv3",
+        "wm0",
+        IpvlanMode::L3,
+        Some(1451),
+        b
+    )));
+    assert!(is_not_found(net.create_ipvlan(
+        a,
+        "iv3",
+        "nope",
+        IpvlanMode::L2,
+        None,
+        b
+    )));
+    assert!(is_invalid(net.create_ipvlan(
+        a,
+        "iv3",
+        "lo",
+        IpvlanMode::L2,
+        None,
+        b
+    )));
     // One receive hook per master: an ipvlan master carries no macvlan, a
     // macvlan master no ipvlan, a bridge port neither.
     assert_eq!(
