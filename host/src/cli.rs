@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 use crate::cni::config::DEFAULT_STATE_DIR;
 use crate::edge::DEFAULT_CACHE_DIR;
 use crate::sandbox::{sha256_hex, Runtime};
-use crate::store::{admin, DiskStore};
+use crate::store::{admin, DiskStore, EtcdConfig, EtcdStore, StateStore};
 
 const DEFAULT_PLUGIN_DIR: &str = "/opt/cni/wasm";
 
@@ -185,6 +185,19 @@ enum IpamCmd {
         #[arg(long, default_value = "eth0")]
         legacy_ifname: String,
     },
+    /// Move this node's local allocations (the store under --from-state-dir)
+    /// into the cluster store --store names, so a node joins the cluster
+    /// store without losing one. Safe to run again.
+    ImportLocal {
+        /// The local stateDir whose store is moved.
+        #[arg(long, default_value = DEFAULT_STATE_DIR)]
+        from_state_dir: PathBuf,
+        /// Only this network.
+        #[arg(long)]
+        network: Option<String>,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
 }
 
 #[derive(clap::Args)]
@@ -196,16 +209,34 @@ struct StoreArgs {
     /// (overrides --state-dir).
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// A cluster store instead: the `store` object of the network's config
+    /// (`{"type":"etcd","endpoints":[…],…}`), inline or as @FILE (a whole
+    /// network config file also does).
+    #[arg(long, value_name = "JSON|@FILE")]
+    store: Option<String>,
 }
 
 impl StoreArgs {
-    fn open(&self) -> DiskStore {
-        DiskStore::new(
-            &self
-                .data_dir
-                .clone()
-                .unwrap_or_else(|| self.state_dir.join("store")),
-        )
+    fn open(&self) -> Result<Box<dyn StateStore>, String> {
+        let Some(arg) = &self.store else {
+            return Ok(Box::new(DiskStore::new(
+                &self
+                    .data_dir
+                    .clone()
+                    .unwrap_or_else(|| self.state_dir.join("store")),
+            )));
+        };
+        let text = match arg.strip_prefix('@') {
+            Some(path) => std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?,
+            None => arg.clone(),
+        };
+        let v: Value = serde_json::from_str(&text).map_err(|e| format!("--store: {e}"))?;
+        // A network config carries the object under "store".
+        let v = v.get("store").cloned().unwrap_or(v);
+        let conf = EtcdConfig::from_value(&v).map_err(|e| format!("--store: {e}"))?;
+        let store = EtcdStore::new(conf, self.state_dir.join("store-etcd"))
+            .map_err(|e| format!("--store: {e}"))?;
+        Ok(Box::new(store))
     }
 }
 
@@ -383,7 +414,7 @@ fn ipam(cmd: IpamCmd) -> Result<i32, String> {
             all,
             json,
         } => {
-            let views = admin::list(&store.open(), network.as_deref(), crate::state::now_ms())
+            let views = admin::list(&*store.open()?, network.as_deref(), crate::state::now_ms())
                 .map_err(|e| format!("reading the store: {e}"))?;
             if json {
                 println!(
@@ -401,11 +432,32 @@ fn ipam(cmd: IpamCmd) -> Result<i32, String> {
             legacy_ifname,
         } => {
             let reports =
-                admin::import_host_local(&store.open(), &dir, network.as_deref(), &legacy_ifname)
+                admin::import_host_local(&*store.open()?, &dir, network.as_deref(), &legacy_ifname)
                     .map_err(|e| e.to_string())?;
             for r in reports {
                 println!(
                     "{}: {} imported, {} already present, {} cursor(s)",
+                    r.network,
+                    r.imported.len(),
+                    r.unchanged.len(),
+                    r.cursors.len()
+                );
+                for s in r.skipped {
+                    println!("{}: skipped {s}", r.network);
+                }
+            }
+        }
+        IpamCmd::ImportLocal {
+            from_state_dir,
+            network,
+            store,
+        } => {
+            let from = DiskStore::new(&from_state_dir.join("store"));
+            let reports = admin::import_store(&from, &*store.open()?, network.as_deref())
+                .map_err(|e| e.to_string())?;
+            for r in reports {
+                println!(
+                    "{}: {} imported, {} already there, {} value(s)",
                     r.network,
                     r.imported.len(),
                     r.unchanged.len(),

@@ -14,7 +14,7 @@ use crate::log;
 use crate::net::KernelNet;
 use crate::sandbox::{Runtime, SharedEngine};
 use crate::state::DiskRecords;
-use crate::store::DiskStore;
+use crate::store::{DiskStore, EtcdConfig, EtcdStore, StateStore};
 
 /// Where compiled artifacts go unless the config says `cacheDir`: on disk,
 /// so they survive reboots (unlike the state under /run).
@@ -77,6 +77,8 @@ pub struct Host {
     /// Netfilter sockets of finished calls, for the next ones: closing one
     /// right after a commit waits out an RCU grace period.
     filter_sockets: Arc<SocketPool>,
+    /// Cluster stores by config: the daemon keeps its etcd connections.
+    etcd: Mutex<HashMap<EtcdConfig, Arc<EtcdStore>>>,
 }
 
 impl Host {
@@ -87,6 +89,37 @@ impl Host {
     /// Make the engine now rather than on the first call.
     pub fn warm(&self) -> Result<(), HostError> {
         self.engine().map(drop)
+    }
+
+    /// The network's state store: the config's `store` (etcd), else the
+    /// local one under its stateDir.
+    fn store(&self, conf: &config::NetConf) -> Result<Arc<dyn StateStore>, HostError> {
+        let Some(v) = &conf.store else {
+            return Ok(Arc::new(DiskStore::new(&conf.state_dir.join("store"))));
+        };
+        let ec = EtcdConfig::from_value(v).map_err(|e| {
+            HostError::from(CniError::new(
+                ErrorCode::InvalidConfig,
+                format!("store: {e}"),
+            ))
+        })?;
+        let mut cache = self
+            .etcd
+            .lock()
+            .map_err(|_| HostError::internal("store cache lock poisoned"))?;
+        if let Some(s) = cache.get(&ec) {
+            return Ok(s.clone());
+        }
+        let s = Arc::new(
+            EtcdStore::new(ec.clone(), conf.state_dir.join("store-etcd")).map_err(|e| {
+                HostError::from(CniError::new(
+                    ErrorCode::InvalidConfig,
+                    format!("store: {e}"),
+                ))
+            })?,
+        );
+        cache.insert(ec, s.clone());
+        Ok(s)
     }
 
     fn engine(&self) -> Result<Arc<SharedEngine>, HostError> {
@@ -224,7 +257,10 @@ fn dispatch(
     };
     let records = Arc::new(DiskRecords::new(&conf.state_dir));
     let cni_version = conf.cni_version.clone();
-    let store = Arc::new(DiskStore::new(&conf.state_dir.join("store")));
+    let store = match host.store(&conf) {
+        Ok(s) => s,
+        Err(e) => return (Err(e), Vec::new()),
+    };
     let exec = Executor::new(
         runtime.clone(),
         Arc::new(conf),

@@ -150,10 +150,15 @@ fn call_error(e: CallError) -> CniError {
         CallError::NotFound { .. }
         | CallError::BadName { .. }
         | CallError::DigestMismatch { .. } => CniError::new(ErrorCode::InvalidConfig, msg),
+        // A cluster store out of reach at commit: nothing was written.
+        CallError::Store { source, .. } if crate::store::etcd::is_unavailable(&source) => {
+            CniError::new(ErrorCode::TryAgainLater, msg)
+        }
         CallError::Read { .. } | CallError::Store { .. } => CniError::new(ErrorCode::Io, msg),
-        // Another call holds the state: the runtime may retry.
+        // Another call holds the state, or the cluster store is out of
+        // reach: the runtime may retry.
         CallError::Aborted {
-            cause: AbortCause::StoreBusy { .. },
+            cause: AbortCause::StoreBusy { .. } | AbortCause::StoreUnavailable(_),
             ..
         } => CniError::new(ErrorCode::TryAgainLater, msg),
         CallError::Invalid { .. } | CallError::Aborted { .. } => {

@@ -606,3 +606,184 @@ impl Pod {
             .run_in(Some(&self.node.name), &self.conf(conf))
     }
 }
+
+/// A real etcd (Debian `etcd-server`) for one test, in a namespace of its
+/// own with a temporary data directory, stopped (and everything it made
+/// deleted) on drop. Node namespaces reach it over a bridge in its
+/// namespace (`join`); the client URL is [`Etcd::endpoint`].
+pub struct Etcd {
+    pub ns: Netns,
+    pub dir: TempDir,
+    child: Option<std::process::Child>,
+    joined: std::sync::atomic::AtomicU8,
+}
+
+/// The cluster network between the etcd namespace and the nodes.
+const ETCD_ADDR: &str = "10.213.0.1";
+
+impl Etcd {
+    pub fn start() -> Self {
+        let ns = Netns::new("etcd");
+        ns.exec(&["ip", "link", "add", "cl0", "type", "bridge"]);
+        ns.exec(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("{ETCD_ADDR}/24"),
+            "dev",
+            "cl0",
+        ]);
+        ns.exec(&["ip", "link", "set", "cl0", "up"]);
+        let mut e = Etcd {
+            ns,
+            dir: TempDir::new("etcd"),
+            child: None,
+            joined: std::sync::atomic::AtomicU8::new(0),
+        };
+        e.spawn();
+        e
+    }
+
+    /// The URL nodes use.
+    pub fn endpoint(&self) -> String {
+        format!("http://{ETCD_ADDR}:2379")
+    }
+
+    /// A `store` object for a wasm-cni config naming this etcd.
+    pub fn store(&self, node: &str, timeout_ms: u64) -> Value {
+        serde_json::json!({"type": "etcd", "endpoints": [self.endpoint()],
+            "prefix": "/wasm-cni-test", "timeoutMs": timeout_ms, "node": node})
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("etcd.log"))
+            .expect("etcd log");
+        let data = self.dir.join("data");
+        let child = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.ns.name,
+                "etcd",
+                "--name",
+                "t",
+                "--data-dir",
+            ])
+            .arg(&data)
+            .args([
+                "--listen-client-urls",
+                &format!("http://{ETCD_ADDR}:2379,http://127.0.0.1:2379"),
+                "--advertise-client-urls",
+                &format!("http://{ETCD_ADDR}:2379"),
+                "--listen-peer-urls",
+                "http://127.0.0.1:2380",
+                "--initial-advertise-peer-urls",
+                "http://127.0.0.1:2380",
+                "--initial-cluster",
+                "t=http://127.0.0.1:2380",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn etcd (cargo xtask setup installs etcd-server)");
+        self.child = Some(child);
+        let started = Instant::now();
+        while !self.ns.try_exec(&[
+            "etcdctl",
+            "--endpoints",
+            "http://127.0.0.1:2379",
+            "endpoint",
+            "health",
+        ]) {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "etcd did not come up: {}",
+                std::fs::read_to_string(self.dir.join("etcd.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Connect `node` to the cluster network (its address 10.213.0.N).
+    pub fn join(&self, node: &Netns) {
+        let n = self
+            .joined
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+            + 10;
+        let port = format!("p{n}");
+        self.ns.exec(&[
+            "ip", "link", "add", &port, "type", "veth", "peer", "name", "cl0", "netns", &node.name,
+        ]);
+        self.ns
+            .exec(&["ip", "link", "set", &port, "master", "cl0", "up"]);
+        node.exec(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("10.213.0.{n}/24"),
+            "dev",
+            "cl0",
+        ]);
+        node.exec(&["ip", "link", "set", "cl0", "up"]);
+    }
+
+    /// `etcdctl ARGS` against this etcd; its stdout.
+    pub fn ctl(&self, args: &[&str]) -> String {
+        let mut full = vec!["etcdctl", "--endpoints", "http://127.0.0.1:2379"];
+        full.extend_from_slice(args);
+        self.ns.exec(&full)
+    }
+
+    /// Every key under `prefix` with its value.
+    pub fn dump(&self, prefix: &str) -> Vec<(String, String)> {
+        let out = self.ctl(&["get", "--prefix", prefix]);
+        let lines: Vec<&str> = out.lines().collect();
+        lines
+            .chunks(2)
+            .filter(|c| c.len() == 2)
+            .map(|c| (c[0].to_string(), c[1].to_string()))
+            .collect()
+    }
+
+    fn signal(&self, sig: &str) {
+        if let Some(c) = &self.child {
+            let _ = Command::new("kill")
+                .args([sig, &c.id().to_string()])
+                .status();
+        }
+    }
+
+    /// SIGSTOP: etcd keeps its sockets open and answers nothing.
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    pub fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    /// SIGKILL and wait: gone, mid-whatever.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Start again on the same data.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        self.thaw();
+        self.kill();
+    }
+}

@@ -40,6 +40,9 @@ pub struct NetConf {
     pub valid_attachments: Option<Vec<(String, String)>>,
     pub disable_check: bool,
     pub disable_gc: bool,
+    /// The `store` object (a cluster store such as etcd); absent: the local
+    /// store under `stateDir`. Checked where the store is opened.
+    pub store: Option<Value>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -209,6 +212,16 @@ pub fn parse(stdin: &[u8], command: Command) -> Result<NetConf, CniError> {
         valid_attachments: valid_attachments(&raw)?,
         disable_check: flag(&raw, "disableCheck")?,
         disable_gc: flag(&raw, "disableGC")?,
+        store: match field(&raw, "store") {
+            None => None,
+            Some(v @ Value::Object(_)) => Some(v.clone()),
+            Some(other) => {
+                return Err(invalid(format!(
+                    "store: expected an object, found {}",
+                    json_type(other)
+                )))
+            }
+        },
         raw,
     })
 }

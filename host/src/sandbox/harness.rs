@@ -356,6 +356,7 @@ fn seeded(prefix: &str) -> ScopeData {
             owner: other_owner(),
             allocated_at: 1,
             released_at: None,
+            node: None,
         },
     );
     d.entries.insert(
@@ -364,6 +365,7 @@ fn seeded(prefix: &str) -> ScopeData {
             owner: other_owner(),
             allocated_at: 1,
             released_at: Some(2),
+            node: None,
         },
     );
     d.values.insert("last".into(), format!("{prefix}.2"));

@@ -87,6 +87,7 @@ fn to_wit(e: FilterError, fa: &FilterAccess) -> WitError {
 
 impl Ctx {
     fn filter_call(&mut self, rules: Vec<WitRule>, op: FilterOp) -> R<()> {
+        self.acted = true;
         self.charge()?;
         let access = match self.access() {
             Ok(a) => a.clone(),

@@ -18,6 +18,7 @@ fn to_wit(e: CniError) -> Error {
 
 impl Ctx {
     fn delegate(&mut self, op: IpamOp) -> wasmtime::Result<Result<Option<CniResult>, Error>> {
+        self.acted = true;
         self.charge()?;
         if self.remaining().is_zero() {
             return Err(self.deadline_reached());

@@ -419,6 +419,9 @@ impl Ctx {
         op: impl FnOnce(&mut dyn Net, &Journal) -> Result<(T, Vec<Change>), NetError>,
     ) -> R<T> {
         self.charge()?;
+        if asks.iter().any(|a| !matches!(a, Ask::Read)) {
+            self.acted = true;
+        }
         let access = match self.access() {
             Ok(a) => a.clone(),
             Err(e) => return Ok(Err(e)),

@@ -100,6 +100,15 @@ impl Ctx {
                 }
                 // Waiting took the whole deadline: nothing is left for the
                 // plugin to do, and the runtime should retry (code 11).
+                // A cluster store out of reach (or too slow): code 11 too,
+                // with what went wrong.
+                Err(e) if crate::store::etcd::is_unavailable(&e) => {
+                    self.store_unavailable = Some(format!(
+                        "{}/{}: {e}",
+                        access.scope.network, access.scope.plugin
+                    ));
+                    return Err(wasmtime::Error::msg("state store unavailable"));
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
                     self.store_busy =
                         Some(format!("{}/{}", access.scope.network, access.scope.plugin));
@@ -151,6 +160,7 @@ impl Host for Ctx {
                 owner: owner.clone(),
                 allocated_at: now_ms(),
                 released_at: None,
+                node: None,
             };
             let old = data.entries.get(&key).map_or(0, |e| entry_bytes(&key, e));
             account(used, old, entry_bytes(&key, &entry))?;
@@ -297,6 +307,7 @@ mod tests {
                 },
                 allocated_at: u64::MAX,
                 released_at: Some(u64::MAX),
+                node: None,
             },
         );
         // The count covers all but the envelope, `{"entries":{},"values":{}}`.

@@ -184,6 +184,8 @@ pub enum AbortCause {
         scope: String,
         waited_ms: u64,
     },
+    /// A cluster store was out of reach or too slow.
+    StoreUnavailable(String),
     Trap(String),
 }
 
@@ -197,6 +199,7 @@ impl AbortCause {
             AbortCause::HostCalls { .. } => "host_calls",
             AbortCause::ResultTooLarge { .. } => "result_size",
             AbortCause::StoreBusy { .. } => "store_busy",
+            AbortCause::StoreUnavailable(_) => "store_unavailable",
             AbortCause::Trap(_) => "trap",
         }
     }
@@ -220,6 +223,7 @@ impl fmt::Display for AbortCause {
                 f,
                 "its state {scope} stayed locked by another call for {waited_ms} ms, until its deadline"
             ),
+            AbortCause::StoreUnavailable(why) => write!(f, "its state store is unavailable: {why}"),
             AbortCause::Trap(msg) => write!(f, "trapped: {msg}"),
         }
     }
@@ -450,7 +454,10 @@ impl Runtime {
         Ok(PluginInfo { world, imports })
     }
 
-    /// Instantiate `plugin` in a fresh store and make one call.
+    /// Instantiate `plugin` in a fresh store and make one call. When a
+    /// cluster store refuses the call's commit because another node changed
+    /// what it read (and the call changed nothing but its state), the call
+    /// runs again on a fresh snapshot, within the same deadline.
     pub fn call(
         &self,
         plugin: &Plugin,
@@ -458,11 +465,54 @@ impl Runtime {
         services: Arc<dyn Services>,
         call: Call<'_>,
     ) -> Result<Option<wit::CniResult>, CallError> {
-        let verb = call.verb();
         let started = std::time::Instant::now();
         let deadline = started
             .checked_add(std::time::Duration::from_millis(limits.deadline_ms))
             .unwrap_or(started + std::time::Duration::from_secs(86_400));
+        let mut pause = std::time::Duration::from_micros(500);
+        loop {
+            match self.call_once(plugin, &limits, services.clone(), &call, started, deadline) {
+                Err(CallError::Store { source, .. })
+                    if crate::store::etcd::is_conflict(&source)
+                        && std::time::Instant::now() + pause < deadline =>
+                {
+                    crate::log::debug(format_args!("{}: {source}; running it again", plugin.name));
+                    // A little jitter keeps two losers from meeting again.
+                    std::thread::sleep(
+                        pause
+                            + std::time::Duration::from_micros(u64::from(
+                                started.elapsed().subsec_nanos() % 1000,
+                            )),
+                    );
+                    pause = (pause * 2).min(std::time::Duration::from_millis(20));
+                }
+                Err(CallError::Store { plugin: p, source })
+                    if crate::store::etcd::is_conflict(&source) =>
+                {
+                    return Err(CallError::Aborted {
+                        plugin: p,
+                        verb: call.verb(),
+                        cause: AbortCause::StoreUnavailable(format!(
+                            "{source}, again until the deadline"
+                        )),
+                    })
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn call_once(
+        &self,
+        plugin: &Plugin,
+        limits: &Limits,
+        services: Arc<dyn Services>,
+        call: &Call<'_>,
+        started: std::time::Instant,
+        deadline: std::time::Instant,
+    ) -> Result<Option<wit::CniResult>, CallError> {
+        let verb = call.verb();
+        let limits = *limits;
         let mut ctx = Ctx::new(
             &plugin.name,
             MemoryCap::new(limits.memory_bytes),
@@ -475,7 +525,14 @@ impl Runtime {
         let _running = self.shared.ticker.running();
         let mut store = Store::new(&self.shared.engine, ctx);
         store.limiter(|c| &mut c.memory);
-        store.set_epoch_deadline(limits.deadline_ticks());
+        // A call run again gets what is left of the deadline, not all of it.
+        let left = Limits {
+            deadline_ms: deadline
+                .saturating_duration_since(std::time::Instant::now())
+                .as_millis() as u64,
+            ..limits
+        };
+        store.set_epoch_deadline(left.deadline_ticks());
         store.epoch_deadline_trap();
         store.call_hook(state::budget_hook);
 
@@ -529,9 +586,16 @@ impl Runtime {
         };
         // The store transaction commits only if the plugin succeeded.
         let txn = store.data_mut().txn.take();
+        let acted = store.data().acted;
         let outcome = match (outcome, txn) {
             (Ok(Ok(r)), Some(txn)) => match txn.commit() {
                 Ok(()) => Ok(Ok(r)),
+                // A conflict is worth running again only for a call that
+                // changed nothing else; for one that did, it is plain
+                // unavailability (code 11, the runtime retries the chain).
+                Err(e) if acted && crate::store::etcd::is_conflict(&e) => {
+                    return Err(aborted(AbortCause::StoreUnavailable(e.to_string())))
+                }
                 Err(e) => {
                     return Err(CallError::Store {
                         plugin: plugin.name.clone(),
@@ -553,7 +617,9 @@ impl Runtime {
             }),
             Err(err) => {
                 let ctx = store.data();
-                let cause = if let Some(scope) = &ctx.store_busy {
+                let cause = if let Some(why) = &ctx.store_unavailable {
+                    AbortCause::StoreUnavailable(why.clone())
+                } else if let Some(scope) = &ctx.store_busy {
                     AbortCause::StoreBusy {
                         scope: scope.clone(),
                         waited_ms: started.elapsed().as_millis() as u64,

@@ -43,6 +43,12 @@ pub struct Ctx {
     pub(crate) deadline_hit: bool,
     /// The store scope stayed locked by another call until the deadline.
     pub(crate) store_busy: Option<String>,
+    /// Set when a cluster store could not be reached: why.
+    pub(crate) store_unavailable: Option<String>,
+    /// The call changed (or asked to change) something beyond its state:
+    /// a link, a rule, an IPAM delegate's allocation. Such a call is not
+    /// run again when its state commit conflicts.
+    pub(crate) acted: bool,
     /// Bytes logged in this call, against [`super::host_log::MAX_LOG_BYTES`].
     pub(crate) log_bytes: usize,
     /// Links this call found to still be the ones the attachment created
@@ -87,6 +93,8 @@ impl Ctx {
             deadline,
             deadline_hit: false,
             store_busy: None,
+            store_unavailable: None,
+            acted: false,
             log_bytes: 0,
             verified: HashSet::new(),
             services,

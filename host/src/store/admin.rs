@@ -54,6 +54,9 @@ pub struct EntryView {
     pub age_ms: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub quarantine_left_ms: Option<u64>,
+    /// The node that allocated it (a cluster store).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -95,6 +98,7 @@ fn view(key: &str, e: &Entry, wait: Option<u64>, now: u64) -> EntryView {
         released_at: e.released_at,
         age_ms,
         quarantine_left_ms: left,
+        node: e.node.clone(),
     }
 }
 
@@ -274,6 +278,83 @@ pub enum ImportError {
     Invalid(String),
 }
 
+/// Move every scope of `from` (this node's local store) into `to` (a
+/// cluster store): live and quarantined entries it does not hold yet, and
+/// the values it has none of. A key `to` holds live for another owner is a
+/// conflict, and nothing of that scope is written. Running it again changes
+/// nothing: what was moved is there for the same owner.
+pub fn import_store(
+    from: &dyn StateStore,
+    to: &dyn StateStore,
+    network: Option<&str>,
+) -> Result<Vec<ImportReport>, ImportError> {
+    let store_err = |e: io::Error| ImportError::Invalid(format!("store: {e}"));
+    let networks = match network {
+        Some(n) => vec![n.to_string()],
+        None => from.networks().map_err(store_err)?,
+    };
+    let mut reports = Vec::new();
+    for network in networks {
+        for plugin in from.scopes(&network).map_err(store_err)? {
+            let scope = Scope {
+                network: network.clone(),
+                plugin: plugin.clone(),
+                data_dir: None,
+            };
+            let mut source = from.begin(&scope).map_err(store_err)?;
+            let mut txn = to.begin(&scope).map_err(store_err)?;
+            let mut report = ImportReport {
+                network: format!("{network}/{plugin}"),
+                imported: Vec::new(),
+                unchanged: Vec::new(),
+                cursors: Vec::new(),
+                skipped: Vec::new(),
+            };
+            let theirs = txn.data();
+            let mut conflicts = Vec::new();
+            for (key, e) in &source.data().entries {
+                match theirs.entries.get(key) {
+                    Some(t) if t.owner == e.owner => report.unchanged.push(key.clone()),
+                    Some(t) if t.is_live() => {
+                        if e.is_live() {
+                            conflicts.push(format!(
+                                "{key} (cluster: {}/{}, here: {}/{})",
+                                t.owner.container_id,
+                                t.owner.ifname,
+                                e.owner.container_id,
+                                e.owner.ifname
+                            ));
+                        } else {
+                            report
+                                .skipped
+                                .push(format!("{key}: released here, held there"));
+                        }
+                    }
+                    _ => {
+                        theirs.entries.insert(key.clone(), e.clone());
+                        report.imported.push(key.clone());
+                    }
+                }
+            }
+            if !conflicts.is_empty() {
+                return Err(ImportError::Conflict {
+                    network: report.network,
+                    conflicts,
+                });
+            }
+            for (name, v) in &source.data().values {
+                if !theirs.values.contains_key(name) {
+                    theirs.values.insert(name.clone(), v.clone());
+                    report.cursors.push(name.clone());
+                }
+            }
+            txn.commit().map_err(store_err)?;
+            reports.push(report);
+        }
+    }
+    Ok(reports)
+}
+
 fn io_at(path: &Path) -> impl FnOnce(io::Error) -> ImportError + '_ {
     move |source| ImportError::Io {
         path: path.to_path_buf(),
@@ -443,6 +524,7 @@ fn import_network(
                         owner,
                         allocated_at: at,
                         released_at: None,
+                        node: None,
                     },
                 );
                 report.imported.push(key);
@@ -554,6 +636,7 @@ mod tests {
                 owner: owner("other", "eth0"),
                 allocated_at: 1,
                 released_at: None,
+                node: None,
             },
         );
         // A released entry is simply taken over.
@@ -563,6 +646,7 @@ mod tests {
                 owner: owner("old", "eth0"),
                 allocated_at: 1,
                 released_at: Some(2),
+                node: None,
             },
         );
         t.commit().unwrap();
@@ -595,6 +679,7 @@ mod tests {
                     owner: owner(o, "eth0"),
                     allocated_at: at,
                     released_at: rel,
+                    node: None,
                 },
             );
         }

@@ -10,6 +10,7 @@
 
 pub mod admin;
 mod disk;
+pub mod etcd;
 #[cfg(any(test, feature = "fake"))]
 mod memory;
 
@@ -20,6 +21,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 pub use disk::DiskStore;
+pub use etcd::{EtcdConfig, EtcdStore};
 #[cfg(any(test, feature = "fake"))]
 pub use memory::MemoryStore;
 
@@ -39,6 +41,9 @@ pub struct Entry {
     pub allocated_at: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub released_at: Option<u64>,
+    /// The node that allocated it, in a cluster store (none locally).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 impl Entry {
@@ -131,6 +136,7 @@ pub(crate) mod contract {
                 owner: owner("a"),
                 allocated_at: 5,
                 released_at: None,
+                node: None,
             },
         );
         t.data().values.insert("last".into(), "10.0.0.2".into());

@@ -7,6 +7,10 @@ use std::process::{Command, Stdio};
 use crate::toolchain::{RUST_PACKAGES, WASI_LIBC_PACKAGE};
 use crate::{fail, Context, Result};
 
+/// What the host build needs besides the toolchain: etcd-client compiles
+/// the etcd API's protos with protoc.
+pub const BUILD_PACKAGES: &[&str] = &["protobuf-compiler"];
+
 /// What the integration tests and the demo run besides the build.
 /// nftables and iptables: the tests read the node's rulesets with them, and
 /// the reference plugins' iptables rules need the latter. podman, runc and
@@ -22,6 +26,9 @@ pub const TEST_PACKAGES: &[&str] = &[
     "runc",
     "busybox-static",
     "curl",
+    // The cluster store tests run a real etcd (and etcdctl to inspect it).
+    "etcd-server",
+    "etcd-client",
 ];
 
 pub fn run(extra: &[&str]) -> Result<()> {
@@ -29,6 +36,7 @@ pub fn run(extra: &[&str]) -> Result<()> {
         .iter()
         .copied()
         .chain([WASI_LIBC_PACKAGE])
+        .chain(BUILD_PACKAGES.iter().copied())
         .chain(extra.iter().copied())
         .collect();
     let mut missing = Vec::new();
