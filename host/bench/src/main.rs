@@ -8,6 +8,7 @@
 //! drift falls on both, and ratios are medians of per-round ratios. The
 //! table is printed and written to `host/bench/results/latest.md`.
 
+mod cluster;
 mod components;
 mod daemon;
 mod ipam;
@@ -61,7 +62,7 @@ struct Args {
     #[arg(long, default_value_t = 300)]
     bury_ms: u64,
     /// Only these items (1 cycle, 2 chain, 3 floor, 4 components, 5 ipam,
-    /// 6 netavark, 7 filtered chain); 3 runs with 1.
+    /// 6 netavark, 7 filtered chain, 8 IPAM on etcd); 3 runs with 1.
     #[arg(long, value_delimiter = ',')]
     only: Vec<u8>,
     /// podman's network backend, the peer of item 6.
@@ -360,6 +361,16 @@ fn run(args: &Args) -> io::Result<()> {
         }
     }
 
+    if want(args, 8) {
+        if cluster::etcd_installed() {
+            report.cluster = cluster::measure(&progs, &work, args.ipam_allocs, 3, &bury)?;
+        } else {
+            eprintln!(
+                "bench: 8 skipped: etcd is not installed (cargo xtask setup installs etcd-server)"
+            );
+        }
+    }
+
     drop(daemon);
     bury();
     let text = report.render(&machine, args, started.elapsed());
@@ -459,6 +470,8 @@ struct Report {
     cycle_rss: Option<[Vec<Run>; 4]>,
     chain_rss: Option<[Vec<Run>; 3]>,
     netavark_rss: Option<[Vec<Run>; 3]>,
+    /// Item 8: IPAM on the etcd store.
+    cluster: Vec<cluster::Point>,
 }
 
 /// One step of item 7: reference, wasm-cni, daemon runs, and the RSS pass
@@ -986,6 +999,14 @@ impl Report {
             },
             took.as_secs_f64()
         );
+        if let Some(ratio) = cluster::scaling(&self.cluster) {
+            heads.push(Headline {
+                what: "IPAM on etcd, 3 nodes ÷ 1 node (16 clients per node)".into(),
+                value: format!("{}×", num(ratio)),
+                target: "≥ 2×".into(),
+                met: ratio >= 2.0,
+            });
+        }
         let _ = writeln!(
             out,
             "## Headline\n\n| | measured | target | |\n|---|---|---|---|"
@@ -1005,6 +1026,9 @@ impl Report {
             );
         }
         out.push_str(&body);
+        if !self.cluster.is_empty() {
+            out.push_str(&cluster::render(&self.cluster, args.ipam_allocs, 3));
+        }
         out
     }
 }

@@ -57,8 +57,19 @@ pub struct Cni<'a> {
 /// its config, in the calling thread's network namespace (see
 /// [`in_netns`]).
 pub fn exec(bin: &Path, cni: &Cni<'_>, stdin: &[u8]) -> io::Result<Measured> {
+    exec_env(bin, cni, stdin, &[])
+}
+
+/// [`exec`] with `extra` variables besides the CNI ones.
+pub fn exec_env(
+    bin: &Path,
+    cni: &Cni<'_>,
+    stdin: &[u8],
+    extra: &[(&str, &str)],
+) -> io::Result<Measured> {
     let mut cmd = Command::new(bin);
     cmd.env_clear()
+        .envs(extra.iter().copied())
         .env("PATH", PATH)
         .env("CNI_COMMAND", cni.command)
         .env("CNI_CONTAINERID", cni.container_id)

@@ -93,8 +93,19 @@ impl Ctx {
         let owner = access.owner.clone();
         let command = access.command;
         if self.txn.is_none() {
-            match access.backend.begin_by(&access.scope, Some(self.deadline)) {
+            // An ADD allocates from its node's share of a cluster pool
+            // first; run again with the whole pool if that was not enough.
+            let view = if command == Command::Add && !self.whole_pool {
+                crate::store::View::Own
+            } else {
+                crate::store::View::Whole
+            };
+            match access
+                .backend
+                .begin_for(&access.scope, Some(self.deadline), view)
+            {
                 Ok(mut t) => {
+                    self.narrowed = t.narrowed();
                     self.scope_bytes = scope_bytes(t.data());
                     self.txn = Some(t);
                 }

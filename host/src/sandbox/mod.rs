@@ -470,8 +470,30 @@ impl Runtime {
             .checked_add(std::time::Duration::from_millis(limits.deadline_ms))
             .unwrap_or(started + std::time::Duration::from_secs(86_400));
         let mut pause = std::time::Duration::from_micros(500);
+        let mut whole_pool = false;
         loop {
-            match self.call_once(plugin, &limits, services.clone(), &call, started, deadline) {
+            let mut narrowed_failure = false;
+            let once = self.call_once(
+                plugin,
+                &limits,
+                services.clone(),
+                &call,
+                started,
+                deadline,
+                whole_pool,
+                &mut narrowed_failure,
+            );
+            // An ADD that failed on its node's share of a cluster pool
+            // borrows from the rest (the plugin changed nothing else).
+            if narrowed_failure && !whole_pool {
+                crate::log::debug(format_args!(
+                    "{}: ADD failed on its node's share of the pool; running it with the whole pool",
+                    plugin.name
+                ));
+                whole_pool = true;
+                continue;
+            }
+            match once {
                 Err(CallError::Store { source, .. })
                     if crate::store::etcd::is_conflict(&source)
                         && std::time::Instant::now() + pause < deadline =>
@@ -502,6 +524,7 @@ impl Runtime {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn call_once(
         &self,
         plugin: &Plugin,
@@ -510,6 +533,8 @@ impl Runtime {
         call: &Call<'_>,
         started: std::time::Instant,
         deadline: std::time::Instant,
+        whole_pool: bool,
+        narrowed_failure: &mut bool,
     ) -> Result<Option<wit::CniResult>, CallError> {
         let verb = call.verb();
         let limits = *limits;
@@ -520,6 +545,7 @@ impl Runtime {
             deadline,
             services,
         );
+        ctx.whole_pool = whole_pool;
         ctx.config_files = host_files::allowed_paths(call.config());
         // The epoch (and so the deadline) advances while this call runs.
         let _running = self.shared.ticker.running();
@@ -587,6 +613,9 @@ impl Runtime {
         // The store transaction commits only if the plugin succeeded.
         let txn = store.data_mut().txn.take();
         let acted = store.data().acted;
+        if let (Ok(Err(_)), Some(t)) = (&outcome, &txn) {
+            *narrowed_failure = t.narrowed() && !acted && std::time::Instant::now() < deadline;
+        }
         let outcome = match (outcome, txn) {
             (Ok(Ok(r)), Some(txn)) => match txn.commit() {
                 Ok(()) => Ok(Ok(r)),

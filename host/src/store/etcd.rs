@@ -30,9 +30,10 @@
 //! (CNI code 11) and nothing is written: an etcd transaction applies whole
 //! or not at all.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File, OpenOptions};
 use std::io;
+use std::net::IpAddr;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -44,7 +45,9 @@ use etcd_client::{
 };
 use serde::Deserialize;
 
-use super::{Entry, Scope, ScopeData, StateStore, Txn};
+use ipnet::IpNet;
+
+use super::{Entry, Scope, ScopeData, StateStore, Txn, View};
 use crate::fsutil::lock_exclusive;
 
 /// The `store` object of a wasm-cni config with `"type": "etcd"`.
@@ -217,11 +220,259 @@ struct Inner {
 /// Revisions as read: what the commit compares against (0: absent).
 type Revisions = BTreeMap<String, i64>;
 
+/// Addresses are grouped in blocks (calico's block affinity): the first
+/// node to allocate in a block claims it, and other nodes' ADDs see a
+/// claimed block as taken, so nodes allocate side by side instead of
+/// racing for the same next address. A node whose own blocks and the free
+/// ones are full borrows from others' (its ADD runs again with the whole
+/// pool in view). A claim goes when its block holds nothing live.
+const V4_BLOCK: u8 = 26;
+const V6_BLOCK: u8 = 122;
+
+/// The block a key belongs to, if it is an address: `10.1.2.64_26`.
+pub fn block_of(key: &str) -> Option<String> {
+    let ip: IpAddr = key.parse().ok()?;
+    let len = if ip.is_ipv4() { V4_BLOCK } else { V6_BLOCK };
+    let net = IpNet::new(ip, len).ok()?.trunc();
+    Some(format!("{}_{}", net.addr(), len))
+}
+
+/// Every address of a block (64 of them).
+fn block_addresses(block: &str) -> Vec<String> {
+    let Some((addr, len)) = block.split_once('_') else {
+        return Vec::new();
+    };
+    let (Ok(addr), Ok(len)) = (addr.parse::<IpAddr>(), len.parse::<u8>()) else {
+        return Vec::new();
+    };
+    match addr {
+        IpAddr::V4(a) if len == V4_BLOCK => {
+            let base = u32::from(a);
+            (0..1u32 << (32 - V4_BLOCK))
+                .map(|i| std::net::Ipv4Addr::from(base.wrapping_add(i)).to_string())
+                .collect()
+        }
+        IpAddr::V6(a) if len == V6_BLOCK => {
+            let base = u128::from(a);
+            (0..1u128 << (128 - V6_BLOCK))
+                .map(|i| std::net::Ipv6Addr::from(base.wrapping_add(i)).to_string())
+                .collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// A scope as read from etcd at one revision.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    pub data: ScopeData,
+    /// Full key → mod revision of everything read.
+    pub revisions: Revisions,
+    /// Block → the node that claimed it.
+    pub blocks: BTreeMap<String, String>,
+}
+
+/// The key prefixes of one scope (entries, this node's values, blocks).
+#[derive(Debug, Clone)]
+pub struct Prefixes {
+    pub entries: String,
+    pub values: String,
+    pub blocks: String,
+}
+
+/// Builds a snapshot from the keys and values of the three ranges (`range`
+/// 0 entries, 1 values, 2 blocks); a value that does not decode is an
+/// error naming its key, never a panic.
+pub fn parse_snapshot(
+    p: &Prefixes,
+    kvs: impl IntoIterator<Item = (usize, Vec<u8>, Vec<u8>, i64)>,
+) -> io::Result<Snapshot> {
+    let mut snap = Snapshot::default();
+    for (range, key, value, rev) in kvs {
+        let key = String::from_utf8(key).map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("a key is not UTF-8: {e}"),
+            )
+        })?;
+        let bad =
+            |what: String| io::Error::new(io::ErrorKind::InvalidData, format!("{key}: {what}"));
+        let value = String::from_utf8(value).map_err(|e| bad(e.to_string()))?;
+        let prefix = match range {
+            0 => &p.entries,
+            1 => &p.values,
+            _ => &p.blocks,
+        };
+        let Some(name) = key.strip_prefix(prefix.as_str()) else {
+            continue;
+        };
+        if !super::valid_key(name) {
+            return Err(bad("not a key this store writes".into()));
+        }
+        match range {
+            0 => {
+                let entry: Entry = serde_json::from_str(&value).map_err(|e| bad(e.to_string()))?;
+                snap.data.entries.insert(name.to_string(), entry);
+            }
+            1 => {
+                snap.data.values.insert(name.to_string(), value);
+            }
+            _ => {
+                if !valid_node(&value) {
+                    return Err(bad(format!("{value:?} is not a node name")));
+                }
+                snap.blocks.insert(name.to_string(), value);
+            }
+        }
+        snap.revisions.insert(key, rev);
+    }
+    Ok(snap)
+}
+
+/// This node's view for an ADD: every address of a block another node
+/// claimed shows as held (unless it is held for real). Returns the keys
+/// shown so, which the commit leaves alone.
+pub fn narrow(snap: &Snapshot, node: &str, data: &mut ScopeData) -> BTreeSet<String> {
+    let mut shown = BTreeSet::new();
+    for (block, owner) in &snap.blocks {
+        if owner == node {
+            continue;
+        }
+        for key in block_addresses(block) {
+            if data.entries.get(&key).is_some_and(Entry::is_live) {
+                continue;
+            }
+            data.entries.insert(
+                key.clone(),
+                Entry {
+                    owner: super::Owner {
+                        container_id: format!("(block of node {owner})"),
+                        ifname: String::new(),
+                    },
+                    allocated_at: 0,
+                    released_at: None,
+                    node: Some(owner.clone()),
+                },
+            );
+            shown.insert(key);
+        }
+    }
+    shown
+}
+
+/// One key a commit writes: only if its revision is still `expect` (0: it
+/// must not exist); `value` none deletes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Write {
+    pub key: String,
+    pub expect: i64,
+    pub value: Option<Vec<u8>>,
+}
+
+/// What committing `data` (the plugin's changes to `snap`, with `shown` the
+/// keys [`narrow`] added) writes for `node`:
+///
+/// * entries and this node's values that changed, each guarded by its
+///   revision as read;
+/// * never a change to another node's live entry that releases it, deletes
+///   it or gives it another owner (GC here knows only this node's
+///   attachments), nor to a shown key;
+/// * a claim for each unclaimed block this node allocates in, and the end
+///   of this node's claims on blocks left with nothing live.
+pub fn plan(
+    p: &Prefixes,
+    snap: &Snapshot,
+    data: &ScopeData,
+    shown: &BTreeSet<String>,
+    node: &str,
+) -> io::Result<Vec<Write>> {
+    let guard = |key: String, value: Option<Vec<u8>>| Write {
+        expect: snap.revisions.get(&key).copied().unwrap_or(0),
+        key,
+        value,
+    };
+    let mut writes = Vec::new();
+    let mut claims: BTreeSet<String> = BTreeSet::new();
+    let mut touched: BTreeSet<String> = BTreeSet::new();
+    let keys: BTreeSet<&String> = snap
+        .data
+        .entries
+        .keys()
+        .chain(data.entries.keys())
+        .collect();
+    for k in keys {
+        if shown.contains(k) {
+            continue;
+        }
+        let (old, new) = (snap.data.entries.get(k), data.entries.get(k));
+        if old == new {
+            continue;
+        }
+        if let Some(o) = old.filter(|o| o.is_live() && o.node.as_deref() != Some(node)) {
+            if new.is_none_or(|n| !n.is_live() || n.owner != o.owner) {
+                continue;
+            }
+        }
+        let block = block_of(k);
+        if let Some(b) = &block {
+            touched.insert(b.clone());
+        }
+        match new {
+            Some(n) => {
+                let mut n = n.clone();
+                let fresh =
+                    old.is_none_or(|o| o.allocated_at != n.allocated_at || o.owner != n.owner);
+                if fresh {
+                    n.node = Some(node.to_string());
+                }
+                if let (true, true, Some(b)) = (fresh, n.is_live(), &block) {
+                    if !snap.blocks.contains_key(b) {
+                        claims.insert(b.clone());
+                    }
+                }
+                let json = serde_json::to_vec(&n).map_err(io::Error::other)?;
+                writes.push(guard(format!("{}{k}", p.entries), Some(json)));
+            }
+            None => writes.push(guard(format!("{}{k}", p.entries), None)),
+        }
+    }
+    for b in &claims {
+        writes.push(guard(
+            format!("{}{b}", p.blocks),
+            Some(node.as_bytes().to_vec()),
+        ));
+    }
+    // A claim of ours on a block this call changed and left empty ends.
+    for b in touched.difference(&claims) {
+        if snap.blocks.get(b).map(String::as_str) != Some(node) {
+            continue;
+        }
+        let live = data
+            .entries
+            .iter()
+            .any(|(k, e)| e.is_live() && !shown.contains(k) && block_of(k).as_ref() == Some(b));
+        if !live {
+            writes.push(guard(format!("{}{b}", p.blocks), None));
+        }
+    }
+    let names: BTreeSet<&String> = snap.data.values.keys().chain(data.values.keys()).collect();
+    for name in names {
+        let (old, new) = (snap.data.values.get(name), data.values.get(name));
+        if old != new {
+            writes.push(guard(
+                format!("{}{name}", p.values),
+                new.map(|v| v.clone().into_bytes()),
+            ));
+        }
+    }
+    Ok(writes)
+}
+
 struct EtcdTxnState {
     store: std::sync::Arc<Inner>,
     scope: Scope,
-    read: ScopeData,
-    revisions: Revisions,
+    snap: Snapshot,
+    shown: BTreeSet<String>,
     data: ScopeData,
     deadline: Option<Instant>,
     _lock: File,
@@ -368,41 +619,32 @@ impl Inner {
         }
     }
 
-    /// Both ranges of `scope` at one revision: the data and the revision
-    /// of every key read.
-    fn read(&self, scope: &Scope, deadline: Option<Instant>) -> io::Result<(ScopeData, Revisions)> {
-        let (ep, vp) = (self.entries_prefix(scope), self.values_prefix(scope));
-        let txn = EtcdTxn::new().and_then(vec![
-            TxnOp::get(ep.clone(), Some(GetOptions::new().with_prefix())),
-            TxnOp::get(vp.clone(), Some(GetOptions::new().with_prefix())),
-        ]);
+    fn prefixes(&self, scope: &Scope) -> Prefixes {
+        Prefixes {
+            entries: self.entries_prefix(scope),
+            values: self.values_prefix(scope),
+            blocks: format!("{}blocks/", self.scope_prefix(scope)),
+        }
+    }
+
+    /// The scope's three ranges at one revision.
+    fn read(&self, scope: &Scope, deadline: Option<Instant>) -> io::Result<Snapshot> {
+        let p = self.prefixes(scope);
+        let get =
+            |prefix: &str| TxnOp::get(prefix.to_string(), Some(GetOptions::new().with_prefix()));
+        let txn = EtcdTxn::new().and_then(vec![get(&p.entries), get(&p.values), get(&p.blocks)]);
         let resp = self.run(txn, deadline)?;
-        let mut data = ScopeData::default();
-        let mut revisions = Revisions::new();
+        let mut kvs = Vec::new();
         for (i, op) in resp.op_responses().into_iter().enumerate() {
-            let TxnOpResponse::Get(get) = op else {
-                continue;
-            };
-            for kv in get.kvs() {
-                let key = String::from_utf8_lossy(kv.key()).into_owned();
-                revisions.insert(key.clone(), kv.mod_revision());
-                if i == 0 {
-                    let Some(name) = key.strip_prefix(&ep) else {
-                        continue;
-                    };
-                    let entry: Entry = serde_json::from_slice(kv.value()).map_err(|e| {
-                        io::Error::new(io::ErrorKind::InvalidData, format!("{key}: {e}"))
-                    })?;
-                    data.entries.insert(name.to_string(), entry);
-                } else if let Some(name) = key.strip_prefix(&vp) {
-                    data.values.insert(
-                        name.to_string(),
-                        String::from_utf8_lossy(kv.value()).into_owned(),
-                    );
-                }
+            if let TxnOpResponse::Get(get) = op {
+                kvs.extend(
+                    get.kvs()
+                        .iter()
+                        .map(|kv| (i, kv.key().to_vec(), kv.value().to_vec(), kv.mod_revision())),
+                );
             }
         }
-        Ok((data, revisions))
+        parse_snapshot(&p, kvs)
     }
 
     fn lock(&self, scope: &Scope, deadline: Option<Instant>) -> io::Result<File> {
@@ -424,71 +666,29 @@ impl Txn for EtcdTxnState {
         &mut self.data
     }
 
+    fn narrowed(&self) -> bool {
+        !self.shown.is_empty()
+    }
+
     fn commit(self: Box<Self>) -> io::Result<()> {
         let store = &*self.store;
-        let (ep, vp) = (
-            store.entries_prefix(&self.scope),
-            store.values_prefix(&self.scope),
-        );
+        let p = store.prefixes(&self.scope);
+        let writes = plan(&p, &self.snap, &self.data, &self.shown, &store.node)?;
+        if writes.is_empty() {
+            return Ok(());
+        }
         let mut compares = Vec::new();
         let mut ops = Vec::new();
-        let mut guard = |key: String, ops_entry: Option<TxnOp>| {
-            let rev = self.revisions.get(&key).copied().unwrap_or(0);
-            compares.push(if rev == 0 {
-                Compare::create_revision(key.clone(), CompareOp::Equal, 0)
+        for w in writes {
+            compares.push(if w.expect == 0 {
+                Compare::create_revision(w.key.clone(), CompareOp::Equal, 0)
             } else {
-                Compare::mod_revision(key.clone(), CompareOp::Equal, rev)
+                Compare::mod_revision(w.key.clone(), CompareOp::Equal, w.expect)
             });
-            ops.push(ops_entry.unwrap_or_else(|| TxnOp::delete(key, None)));
-        };
-        let keys: std::collections::BTreeSet<&String> = self
-            .read
-            .entries
-            .keys()
-            .chain(self.data.entries.keys())
-            .collect();
-        for k in keys {
-            let (old, new) = (self.read.entries.get(k), self.data.entries.get(k));
-            if old == new {
-                continue;
-            }
-            // Another node's live allocation stays as it is, whatever this
-            // call decided (GC here knows only this node's attachments).
-            if let Some(o) = old.filter(|o| o.is_live() && o.node.as_deref() != Some(&store.node)) {
-                if new.is_none_or(|n| !n.is_live() || n.owner != o.owner) {
-                    continue;
-                }
-            }
-            let key = format!("{ep}{k}");
-            match new {
-                Some(n) => {
-                    let mut n = n.clone();
-                    if old.is_none_or(|o| o.allocated_at != n.allocated_at || o.owner != n.owner) {
-                        n.node = Some(store.node.clone());
-                    }
-                    let json = serde_json::to_vec(&n).map_err(io::Error::other)?;
-                    guard(key.clone(), Some(TxnOp::put(key, json, None)));
-                }
-                None => guard(key, None),
-            }
-        }
-        let names: std::collections::BTreeSet<&String> = self
-            .read
-            .values
-            .keys()
-            .chain(self.data.values.keys())
-            .collect();
-        for name in names {
-            let (old, new) = (self.read.values.get(name), self.data.values.get(name));
-            if old == new {
-                continue;
-            }
-            let key = format!("{vp}{name}");
-            let op = new.map(|v| TxnOp::put(key.clone(), v.clone(), None));
-            guard(key, op);
-        }
-        if ops.is_empty() {
-            return Ok(());
+            ops.push(match w.value {
+                Some(v) => TxnOp::put(w.key, v, None),
+                None => TxnOp::delete(w.key, None),
+            });
         }
         let txn = EtcdTxn::new().when(compares).and_then(ops);
         let resp = store.run(txn, self.deadline)?;
@@ -505,14 +705,31 @@ impl Txn for EtcdTxnState {
 
 impl StateStore for EtcdStore {
     fn begin_by(&self, scope: &Scope, deadline: Option<Instant>) -> io::Result<Box<dyn Txn>> {
+        self.begin_for(scope, deadline, View::Whole)
+    }
+
+    fn begin_for(
+        &self,
+        scope: &Scope,
+        deadline: Option<Instant>,
+        view: View,
+    ) -> io::Result<Box<dyn Txn>> {
         let inner = &self.inner;
+        // Connected before the node's lock is taken: the locked stretch is
+        // the read, the plugin and the commit, not a handshake.
+        inner.client(deadline)?;
         let lock = inner.lock(scope, deadline)?;
-        let (data, revisions) = inner.read(scope, deadline)?;
+        let snap = inner.read(scope, deadline)?;
+        let mut data = snap.data.clone();
+        let shown = match view {
+            View::Own => narrow(&snap, &inner.node, &mut data),
+            View::Whole => BTreeSet::new(),
+        };
         Ok(Box::new(EtcdTxnState {
             store: self.inner.clone(),
             scope: scope.clone(),
-            read: data.clone(),
-            revisions,
+            snap,
+            shown,
             data,
             deadline,
             _lock: lock,
@@ -625,6 +842,160 @@ mod tests {
             let e = EtcdConfig::from_value(&v).unwrap_err();
             assert!(e.contains(msg), "{v}: {e}");
         }
+    }
+
+    fn prefixes() -> Prefixes {
+        Prefixes {
+            entries: "/p/e/".into(),
+            values: "/p/v/n0/".into(),
+            blocks: "/p/b/".into(),
+        }
+    }
+
+    fn entry(c: &str, node: &str, released: Option<u64>) -> Entry {
+        Entry {
+            owner: super::super::Owner {
+                container_id: c.into(),
+                ifname: "eth0".into(),
+            },
+            allocated_at: 1,
+            released_at: released,
+            node: Some(node.into()),
+        }
+    }
+
+    fn kv(range: usize, key: &str, value: &[u8], rev: i64) -> (usize, Vec<u8>, Vec<u8>, i64) {
+        (range, key.as_bytes().to_vec(), value.to_vec(), rev)
+    }
+
+    #[test]
+    fn blocks_are_26s_and_122s() {
+        assert_eq!(block_of("10.1.2.77").as_deref(), Some("10.1.2.64_26"));
+        assert_eq!(block_of("fd00::1:7f").as_deref(), Some("fd00::1:40_122"));
+        assert_eq!(block_of("last_reserved_ip.0"), None);
+        let a = block_addresses("10.1.2.64_26");
+        assert_eq!(
+            (a.len(), a[0].as_str(), a[63].as_str()),
+            (64, "10.1.2.64", "10.1.2.127")
+        );
+        assert!(block_addresses("10.1.2.64_24").is_empty());
+        assert!(block_addresses("junk").is_empty());
+    }
+
+    #[test]
+    fn what_etcd_holds_is_parsed_or_refused_by_key() {
+        let p = prefixes();
+        let e = serde_json::to_vec(&entry("a", "n1", None)).unwrap();
+        let snap = parse_snapshot(
+            &p,
+            vec![
+                kv(0, "/p/e/10.0.0.2", &e, 7),
+                kv(1, "/p/v/n0/last_reserved_ip.0", b"10.0.0.2", 8),
+                kv(2, "/p/b/10.0.0.0_26", b"n1", 9),
+                // Outside the prefix: not this scope's, skipped.
+                kv(0, "/q/e/10.0.0.3", &e, 10),
+            ],
+        )
+        .unwrap();
+        assert_eq!(snap.data.entries["10.0.0.2"].owner.container_id, "a");
+        assert_eq!(snap.data.values["last_reserved_ip.0"], "10.0.0.2");
+        assert_eq!(snap.blocks["10.0.0.0_26"], "n1");
+        assert_eq!(snap.revisions.len(), 3);
+        for (bad, what) in [
+            (kv(0, "/p/e/10.0.0.2", b"{not json", 1), "/p/e/10.0.0.2"),
+            (kv(0, "/p/e/a b", &e, 1), "not a key this store writes"),
+            (kv(2, "/p/b/10.0.0.0_26", b"no/de", 1), "not a node name"),
+            (kv(1, "/p/v/n0/x", &[0xff, 0xfe], 1), "/p/v/n0/x"),
+            ((0, vec![0xff], e.clone(), 1), "not UTF-8"),
+        ] {
+            let err = parse_snapshot(&p, vec![bad]).unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+            assert!(err.to_string().contains(what), "{err}");
+        }
+    }
+
+    #[test]
+    fn an_add_sees_other_nodes_blocks_as_taken_and_claims_its_own() {
+        let p = prefixes();
+        let mut snap = Snapshot::default();
+        snap.blocks.insert("10.0.0.0_26".into(), "n1".into());
+        snap.revisions.insert("/p/b/10.0.0.0_26".into(), 3);
+        snap.data
+            .entries
+            .insert("10.0.0.5".into(), entry("b", "n1", None));
+        snap.revisions.insert("/p/e/10.0.0.5".into(), 4);
+        let mut data = snap.data.clone();
+        let shown = narrow(&snap, "n0", &mut data);
+        assert_eq!(shown.len(), 63, "the real live entry stays real");
+        assert!(data.entries["10.0.0.9"].is_live());
+        assert_eq!(data.entries["10.0.0.5"].owner.container_id, "b");
+        // n0 allocates in the next block: an entry and a claim, both new.
+        data.entries
+            .insert("10.0.0.70".into(), entry("c", "n0", None));
+        let w = plan(&p, &snap, &data, &shown, "n0").unwrap();
+        let keys: Vec<(&str, i64, bool)> = w
+            .iter()
+            .map(|w| (w.key.as_str(), w.expect, w.value.is_some()))
+            .collect();
+        assert_eq!(
+            keys,
+            [("/p/e/10.0.0.70", 0, true), ("/p/b/10.0.0.64_26", 0, true)]
+        );
+        // Nothing changed: nothing written (shown keys are not changes).
+        assert!(plan(&p, &snap, &snap.data.clone(), &shown, "n0")
+            .unwrap()
+            .is_empty());
+    }
+
+    #[test]
+    fn a_commit_never_takes_another_nodes_live_entry_and_ends_empty_claims() {
+        let p = prefixes();
+        let mut snap = Snapshot::default();
+        snap.data
+            .entries
+            .insert("10.0.0.2".into(), entry("a", "n0", None));
+        snap.data
+            .entries
+            .insert("10.0.0.100".into(), entry("b", "n1", None));
+        snap.data
+            .entries
+            .insert("10.0.0.101".into(), entry("c", "n1", Some(5)));
+        snap.blocks.insert("10.0.0.0_26".into(), "n0".into());
+        snap.blocks.insert("10.0.0.64_26".into(), "n1".into());
+        for (k, r) in [
+            ("/p/e/10.0.0.2", 11),
+            ("/p/e/10.0.0.100", 12),
+            ("/p/e/10.0.0.101", 13),
+            ("/p/b/10.0.0.0_26", 14),
+            ("/p/b/10.0.0.64_26", 15),
+        ] {
+            snap.revisions.insert(k.into(), r);
+        }
+        // GC that knows no valid attachment releases everything; the
+        // quarantined entry of n1 is reused.
+        let mut data = snap.data.clone();
+        for e in data.entries.values_mut() {
+            e.released_at.get_or_insert(9);
+        }
+        data.entries
+            .insert("10.0.0.101".into(), entry("d", "n0", None));
+        let w = plan(&p, &snap, &data, &BTreeSet::new(), "n0").unwrap();
+        let keys: Vec<(&str, i64, bool)> = w
+            .iter()
+            .map(|w| (w.key.as_str(), w.expect, w.value.is_some()))
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                ("/p/e/10.0.0.101", 13, true),
+                ("/p/e/10.0.0.2", 11, true),
+                // n0's block is left with nothing live: its claim ends.
+                ("/p/b/10.0.0.0_26", 14, false),
+            ],
+            "n1's live 10.0.0.100 untouched"
+        );
+        let reused: Entry = serde_json::from_slice(w[0].value.as_ref().unwrap()).unwrap();
+        assert_eq!(reused.node.as_deref(), Some("n0"));
     }
 
     #[test]

@@ -77,6 +77,21 @@ pub struct Scope {
 pub trait Txn: Send {
     fn data(&mut self) -> &mut ScopeData;
     fn commit(self: Box<Self>) -> io::Result<()>;
+    /// Whether the data shows less of the pool than there is (a cluster
+    /// store's [`View::Own`] hid other nodes' blocks).
+    fn narrowed(&self) -> bool {
+        false
+    }
+}
+
+/// How much of a cluster store's pool a transaction shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum View {
+    /// Everything (operator commands, DEL, GC, CHECK).
+    Whole,
+    /// What this node should allocate from first (ADD): other nodes'
+    /// blocks show as taken. The same as `Whole` for a local store.
+    Own,
 }
 
 /// Where scopes live.
@@ -84,6 +99,15 @@ pub trait StateStore: Send + Sync {
     /// Lock `scope` and read it, waiting for other holders until `deadline`
     /// (without one, as long as they hold it); `TimedOut` past it.
     fn begin_by(&self, scope: &Scope, deadline: Option<Instant>) -> io::Result<Box<dyn Txn>>;
+    /// [`StateStore::begin_by`] with a [`View`].
+    fn begin_for(
+        &self,
+        scope: &Scope,
+        deadline: Option<Instant>,
+        _view: View,
+    ) -> io::Result<Box<dyn Txn>> {
+        self.begin_by(scope, deadline)
+    }
     /// [`StateStore::begin_by`] without a deadline (operator commands).
     fn begin(&self, scope: &Scope) -> io::Result<Box<dyn Txn>> {
         self.begin_by(scope, None)
