@@ -252,6 +252,7 @@ const FUZZ_TARGETS: &[&str] = &[
     "host_imports",
     "daemon_request",
     "plugin_test_inputs",
+    "etcd_replies",
 ];
 /// Per target, so that all of them together stay within about two minutes.
 pub const FUZZ_SECONDS: u64 = 25;
