@@ -627,11 +627,19 @@ impl Inner {
         }
     }
 
-    /// The scope's three ranges at one revision.
+    /// The scope's three ranges at one revision. Serializable: the member
+    /// answers from what it has, without a round of consensus first; a
+    /// stale snapshot cannot do harm, since the commit compares every key
+    /// it writes with the revision read (stale means a conflict, and the
+    /// call runs again).
     fn read(&self, scope: &Scope, deadline: Option<Instant>) -> io::Result<Snapshot> {
         let p = self.prefixes(scope);
-        let get =
-            |prefix: &str| TxnOp::get(prefix.to_string(), Some(GetOptions::new().with_prefix()));
+        let get = |prefix: &str| {
+            TxnOp::get(
+                prefix.to_string(),
+                Some(GetOptions::new().with_prefix().with_serializable()),
+            )
+        };
         let txn = EtcdTxn::new().and_then(vec![get(&p.entries), get(&p.values), get(&p.blocks)]);
         let resp = self.run(txn, deadline)?;
         let mut kvs = Vec::new();
