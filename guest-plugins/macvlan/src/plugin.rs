@@ -56,11 +56,7 @@ fn load(text: &str, args: &[(String, String)]) -> Result<Conf, CniError> {
 impl Conf {
     /// The master's namespace: the container's with `linkInContainer`.
     fn master_ns<'a, N>(&self, node: &'a N, cont: &'a N) -> &'a N {
-        if self.link_in_container {
-            cont
-        } else {
-            node
-        }
+        wasm_cni_sdk::stacked::master_ns(self.link_in_container, node, cont)
     }
 
     /// The master link (default: the interface of the default route) and

@@ -30,6 +30,16 @@ fn unknown_mode(kind: &str, text: &str) -> CniError {
     CniError::invalid_config(format!("unknown {kind} mode: {text:?}"))
 }
 
+/// Where the master lives: the container namespace with `linkInContainer`,
+/// else the node's.
+pub fn master_ns<'a, N>(link_in_container: bool, node: &'a N, cont: &'a N) -> &'a N {
+    if link_in_container {
+        cont
+    } else {
+        node
+    }
+}
+
 /// The first link with an IPv4 default route, else the first with an IPv6
 /// one (the reference takes the first default route the kernel lists, v4
 /// before v6).
