@@ -496,14 +496,6 @@ impl EtcdStore {
             }),
         })
     }
-
-    pub fn node(&self) -> &str {
-        &self.inner.node
-    }
-
-    pub fn config(&self) -> &EtcdConfig {
-        &self.inner.conf
-    }
 }
 
 impl Inner {
@@ -745,59 +737,38 @@ impl StateStore for EtcdStore {
     }
 
     fn scopes(&self, network: &str) -> io::Result<Vec<String>> {
-        let prefix = format!(
-            "{}/scopes/{network}/",
-            self.inner.conf.prefix.trim_end_matches('/')
-        );
-        let mut out: Vec<String> = self
-            .inner
-            .keys(&prefix)?
-            .iter()
-            .filter_map(|k| {
-                k.strip_prefix(&prefix)?
-                    .split('/')
-                    .next()
-                    .map(str::to_string)
-            })
-            .collect();
-        out.dedup();
-        Ok(out)
+        self.inner.children(&format!("scopes/{network}/"))
     }
 
     fn networks(&self) -> io::Result<Vec<String>> {
-        let prefix = format!("{}/scopes/", self.inner.conf.prefix.trim_end_matches('/'));
-        let mut out: Vec<String> = self
-            .inner
-            .keys(&prefix)?
-            .iter()
-            .filter_map(|k| {
-                k.strip_prefix(&prefix)?
-                    .split('/')
-                    .next()
-                    .map(str::to_string)
-            })
-            .collect();
-        out.dedup();
-        Ok(out)
+        self.inner.children("scopes/")
     }
 }
 
 impl Inner {
-    /// Keys under `prefix`, sorted (etcd returns them in key order).
-    fn keys(&self, prefix: &str) -> io::Result<Vec<String>> {
+    /// The distinct first path segments of the keys under `P/<under>`, in
+    /// key order (etcd returns keys sorted): networks, or a network's
+    /// plugin scopes.
+    fn children(&self, under: &str) -> io::Result<Vec<String>> {
+        let prefix = format!("{}/{under}", self.conf.prefix.trim_end_matches('/'));
         let txn = EtcdTxn::new().and_then(vec![TxnOp::get(
-            prefix.to_string(),
+            prefix.clone(),
             Some(GetOptions::new().with_prefix().with_keys_only()),
         )]);
         let resp = self.run(txn, None)?;
-        let mut out = Vec::new();
+        let mut out: Vec<String> = Vec::new();
         for op in resp.op_responses() {
             if let TxnOpResponse::Get(get) = op {
-                out.extend(
-                    get.kvs()
-                        .iter()
-                        .map(|kv| String::from_utf8_lossy(kv.key()).into_owned()),
-                );
+                for kv in get.kvs() {
+                    let key = String::from_utf8_lossy(kv.key());
+                    let Some(child) = key.strip_prefix(&prefix).and_then(|k| k.split('/').next())
+                    else {
+                        continue;
+                    };
+                    if out.last().map(String::as_str) != Some(child) {
+                        out.push(child.to_string());
+                    }
+                }
             }
         }
         Ok(out)
