@@ -408,22 +408,35 @@ impl Run {
     }
 }
 
+/// Why `prepare` stopped: the inputs were refused (as `run` would refuse
+/// them), or staging broke its own property. Typed, so a fuzzer never mistakes
+/// an input that echoes the property's words for a finding.
+#[derive(Debug)]
+pub enum Unprepared {
+    Refused(String),
+    /// Staging the same prevResult into a namespace made anew differed.
+    Restaged(String),
+}
+
 /// What `run` does before the first plugin call: the config wrapped as a
 /// chain, the model staged from the prevResult, a snapshot, each verb's
 /// config parsed. For fuzzing the inputs with a `runtime` made once (no
 /// component is loaded).
-pub fn prepare(opts: &Options, runtime: Arc<Runtime>) -> Result<(), String> {
-    let world = World::new(opts, Some(runtime))?;
-    let before = world.snapshot()?;
+pub fn prepare(opts: &Options, runtime: Arc<Runtime>) -> Result<(), Unprepared> {
+    let refused = Unprepared::Refused;
+    let world = World::new(opts, Some(runtime)).map_err(refused)?;
+    let before = world.snapshot().map_err(refused)?;
     for command in [Command::Add, Command::Check, Command::Del, Command::Gc] {
-        world.executor(command, Some(json!([])))?;
+        world.executor(command, Some(json!([]))).map_err(refused)?;
     }
-    world.remove_netns()?;
-    world.restore_netns()?;
-    let after = world.snapshot()?;
+    world.remove_netns().map_err(refused)?;
+    world.restore_netns().map_err(refused)?;
+    let after = world.snapshot().map_err(refused)?;
     match leftovers(&before, &after, true) {
         None => Ok(()),
-        Some(d) => Err(format!("staging the prevResult again differs: {d}")),
+        Some(d) => Err(Unprepared::Restaged(format!(
+            "staging the prevResult again differs: {d}"
+        ))),
     }
 }
 
