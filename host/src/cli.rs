@@ -7,8 +7,10 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand};
 use serde_json::{Map, Value};
 
+use crate::cni::config::DEFAULT_IMAGE_DIR;
 use crate::cni::config::DEFAULT_STATE_DIR;
 use crate::edge::DEFAULT_CACHE_DIR;
+use crate::image::{registry, ImageError, ImageRef, ImageStore};
 use crate::sandbox::{sha256_hex, Runtime};
 use crate::store::{admin, DiskStore, EtcdConfig, EtcdStore, StateStore};
 
@@ -80,6 +82,20 @@ enum Cmd {
     /// "require" (see the README). Stops on SIGTERM or SIGINT once the
     /// requests in flight are done.
     Daemon(DaemonArgs),
+    /// Fetch a plugin image (a wasm component artifact) into the image store,
+    /// verifying every digest. A tag is resolved to a digest, printed on
+    /// stdout: the REPOSITORY@sha256:… a chain entry names as
+    /// "wasm": {"image": …}.
+    Pull(PullArgs),
+    /// Publish a component as a wasm component artifact (CNCF layout: its
+    /// imports and exports in the config, one application/wasm layer) under
+    /// REPOSITORY:TAG; prints REPOSITORY@sha256:….
+    Push(PushArgs),
+    /// List the images in the image store.
+    Images {
+        #[arg(long, default_value = DEFAULT_IMAGE_DIR)]
+        image_dir: PathBuf,
+    },
     /// Tools for plugin authors.
     #[cfg(feature = "fake")]
     #[command(subcommand)]
@@ -125,6 +141,54 @@ struct PluginTestArgs {
     /// again) in turn: nothing may be left behind after any of them.
     #[arg(long)]
     faults: bool,
+}
+
+#[derive(clap::Args)]
+struct RegistryArgs {
+    /// Talk plain HTTP to the registry (one on loopback); HTTPS otherwise.
+    #[arg(long)]
+    plain_http: bool,
+    /// Credentials from this auth file (podman's auth.json or docker's
+    /// config.json format) instead of podman's and docker's default ones.
+    #[arg(long, value_name = "FILE")]
+    auth_file: Option<PathBuf>,
+    /// Trust these PEM certificates instead of the system's.
+    #[arg(long, value_name = "FILE")]
+    ca_file: Option<PathBuf>,
+    /// Each request to the registry ends within this time.
+    #[arg(long, default_value_t = 60, value_name = "SECONDS")]
+    timeout: u64,
+}
+
+impl RegistryArgs {
+    fn options(&self) -> registry::Options {
+        registry::Options {
+            plain_http: self.plain_http,
+            auth_file: self.auth_file.clone(),
+            ca_file: self.ca_file.clone(),
+            timeout: std::time::Duration::from_secs(self.timeout.max(1)),
+        }
+    }
+}
+
+#[derive(clap::Args)]
+struct PullArgs {
+    /// REGISTRY/REPOSITORY:TAG or REGISTRY/REPOSITORY@sha256:DIGEST.
+    image: String,
+    #[arg(long, default_value = DEFAULT_IMAGE_DIR)]
+    image_dir: PathBuf,
+    #[command(flatten)]
+    registry: RegistryArgs,
+}
+
+#[derive(clap::Args)]
+struct PushArgs {
+    /// The component file.
+    file: PathBuf,
+    /// REGISTRY/REPOSITORY:TAG.
+    image: String,
+    #[command(flatten)]
+    registry: RegistryArgs,
 }
 
 #[derive(clap::Args)]
@@ -256,6 +320,9 @@ pub fn main() -> i32 {
         Cmd::Compile(d) => plugins(&d, true),
         Cmd::Ipam(c) => ipam(c),
         Cmd::Daemon(d) => daemon(d),
+        Cmd::Pull(p) => pull(&p),
+        Cmd::Push(p) => push(&p),
+        Cmd::Images { image_dir } => images(&image_dir),
         #[cfg(feature = "fake")]
         Cmd::Plugin(PluginCmd::Test(t)) => plugin_test(t),
     };
@@ -350,6 +417,65 @@ fn attach(command: &str, a: AttachArgs) -> Result<i32, String> {
         println!("{}", out.stdout.trim_end());
     }
     Ok(out.exit_code)
+}
+
+fn pull(p: &PullArgs) -> Result<i32, String> {
+    let image: ImageRef = p.image.parse().map_err(|e: ImageError| e.to_string())?;
+    let store = ImageStore::new(&p.image_dir);
+    let pulled = registry::pull(&store, &image, &p.registry.options())?;
+    let pinned = pulled.pinned.by_digest().unwrap_or_default();
+    if image.digest.is_none() {
+        eprintln!("{image} is {pinned}");
+    }
+    eprintln!(
+        "component {} ({} bytes{}), imports {}",
+        pulled.manifest.layer.digest,
+        pulled.manifest.layer.size,
+        if pulled.fetched_component {
+            ""
+        } else {
+            ", already in the store"
+        },
+        pulled.summary.imports.join(", ")
+    );
+    println!("{pinned}");
+    Ok(0)
+}
+
+fn push(p: &PushArgs) -> Result<i32, String> {
+    let image: ImageRef = p.image.parse().map_err(|e: ImageError| e.to_string())?;
+    let at = |e: std::io::Error| format!("{}: {e}", p.file.display());
+    let component = std::fs::read(&p.file).map_err(at)?;
+    // The artifact's `created` is when the component was built (its file's
+    // mtime, or SOURCE_DATE_EPOCH for reproducible builds), so pushing the
+    // same component again gives the same digest.
+    let created = match std::env::var("SOURCE_DATE_EPOCH")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        Some(secs) => std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs),
+        None => std::fs::metadata(&p.file)
+            .and_then(|m| m.modified())
+            .map_err(at)?,
+    };
+    let pinned = registry::push(&component, created, &image, &p.registry.options())?;
+    println!("{}", pinned.by_digest().unwrap_or_default());
+    Ok(0)
+}
+
+fn images(dir: &Path) -> Result<i32, String> {
+    let store = ImageStore::new(dir);
+    for listed in store.index().map_err(|e| e.to_string())? {
+        let component = match store.manifest(&listed.manifest) {
+            Ok(Some(m)) if store.has_blob(&m.layer) => {
+                format!("component {} {} bytes", m.layer.digest, m.layer.size)
+            }
+            Ok(Some(_)) | Ok(None) => "incomplete: pull it again".to_string(),
+            Err(e) => format!("damaged: {e}"),
+        };
+        println!("{}\t{}\t{component}", listed.name, listed.manifest);
+    }
+    Ok(0)
 }
 
 fn daemon(d: DaemonArgs) -> Result<i32, String> {

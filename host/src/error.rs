@@ -147,7 +147,13 @@ fn call_error(e: CallError) -> CniError {
                 details: error.details,
             }
         }
+        CallError::Image { error, .. }
+            if matches!(error.as_ref(), crate::image::ImageError::Io(_)) =>
+        {
+            CniError::new(ErrorCode::Io, msg)
+        }
         CallError::NotFound { .. }
+        | CallError::Image { .. }
         | CallError::BadName { .. }
         | CallError::DigestMismatch { .. } => CniError::new(ErrorCode::InvalidConfig, msg),
         // A cluster store out of reach at commit: nothing was written.

@@ -17,6 +17,7 @@ pub mod edge;
 pub mod error;
 pub mod filter;
 mod fsutil;
+pub mod image;
 pub mod log;
 pub mod net;
 #[cfg(feature = "fake")]

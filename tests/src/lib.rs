@@ -787,3 +787,102 @@ impl Drop for Etcd {
         self.kill();
     }
 }
+
+/// A real registry (Debian `docker-registry`, distribution 2.8) for one
+/// test, inside the test's node namespace on 127.0.0.1, storing under a
+/// temporary directory; optionally behind htpasswd (Basic) authentication.
+/// Stopped on drop.
+pub struct Registry {
+    pub dir: TempDir,
+    pub addr: String,
+    ns: String,
+    child: Option<std::process::Child>,
+}
+
+impl Registry {
+    pub fn start(ns: &Netns, user: Option<(&str, &str)>) -> Self {
+        let dir = TempDir::new("registry");
+        let addr = "127.0.0.1:5000".to_string();
+        let mut config = format!(
+            "version: 0.1\nlog:\n  level: info\n  accesslog:\n    disabled: false\n\
+             storage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\n\
+             http:\n  addr: {addr}\n",
+            dir.join("data").display()
+        );
+        if let Some((u, p)) = user {
+            let line = sh(&["htpasswd", "-Bbn", u, p]);
+            std::fs::write(dir.join("htpasswd"), line.trim()).expect("htpasswd file");
+            config += &format!(
+                "auth:\n  htpasswd:\n    realm: wasm-cni-test\n    path: {}\n",
+                dir.join("htpasswd").display()
+            );
+        }
+        std::fs::write(dir.join("config.yml"), config).expect("registry config");
+        let log = std::fs::File::create(dir.join("registry.log")).expect("registry log");
+        // The access log goes to stdout, the rest to stderr.
+        let access = log.try_clone().expect("registry log");
+        let child = Command::new("ip")
+            .args(["netns", "exec", &ns.name, "docker-registry", "serve"])
+            .arg(dir.join("config.yml"))
+            .stdin(Stdio::null())
+            .stdout(access)
+            .stderr(log)
+            .spawn()
+            .expect("spawn docker-registry (cargo xtask setup installs it)");
+        let r = Registry {
+            dir,
+            addr,
+            ns: ns.name.clone(),
+            child: Some(child),
+        };
+        let started = Instant::now();
+        while !r.accepts() {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "the registry did not come up: {}",
+                r.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        r
+    }
+
+    fn accepts(&self) -> bool {
+        Command::new("ip")
+            .args(["netns", "exec", &self.ns, "bash", "-c"])
+            .arg("exec 3<>/dev/tcp/127.0.0.1/5000")
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("registry.log")).unwrap_or_default()
+    }
+
+    /// HTTP requests the registry has logged so far.
+    pub fn requests(&self) -> usize {
+        self.log()
+            .lines()
+            .filter(|l| l.contains(" HTTP/1.1\" "))
+            .count()
+    }
+
+    /// Where the registry keeps a blob's bytes (distribution's filesystem
+    /// layout), for tampering with.
+    pub fn blob_data(&self, hex: &str) -> PathBuf {
+        self.dir.join(format!(
+            "data/docker/registry/v2/blobs/sha256/{}/{hex}/data",
+            &hex[..2]
+        ))
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}

@@ -32,12 +32,13 @@ use crate::cni::result::{self, CniResult};
 use crate::cni::{CniError, Command, ErrorCode};
 use crate::error::HostError;
 use crate::filter::{Filter, Tag};
+use crate::image::{ImageRef, ImageStore};
 use crate::log;
 use crate::net::{IpNet, LinkId, Net};
 use crate::sandbox::policy::{ConfigGrants, PortGrant, Side, DEFAULT_MASTER_TYPES};
 use crate::sandbox::{
     convert, wit, Call, CallError, CreatedLinks, Faults, FilterAccess, Holder, Ledger, Limits,
-    NetAccess, OnCreated, Runtime,
+    NetAccess, OnCreated, Plugin, Runtime,
 };
 use crate::state::{now_ms, AttachmentRecord, AttachmentRecords, Lock, RecordedLink, RECORD_KIND};
 use crate::store::StateStore;
@@ -174,7 +175,32 @@ impl Executor {
         }
     }
 
+    /// Every image the chain names is in the image store, before a plugin
+    /// runs: an ADD that cannot finish does not start.
+    fn check_images(&self) -> Result<(), HostError> {
+        let store = ImageStore::new(&self.conf.image_dir);
+        for (index, entry) in self.conf.chain.iter().enumerate() {
+            for limits in [&entry.limits, &entry.ipam_limits] {
+                if let Some(image) = &limits.image {
+                    let plugin = &entry.plugin_type;
+                    image
+                        .parse::<ImageRef>()
+                        .and_then(|i| store.resolve(&i))
+                        .map_err(|error| {
+                            HostError::from(CallError::Image {
+                                plugin: plugin.clone(),
+                                error: Box::new(error),
+                            })
+                            .in_step(index, plugin)
+                        })?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     pub fn add(&self, att: &Attachment) -> Result<CniResult, HostError> {
+        self.check_images()?;
         let _lock = self.lock_attachment(att)?;
         let mut prev = self.incoming_prev()?;
         self.begin(None);
@@ -848,6 +874,7 @@ impl Executor {
             self.store.clone(),
             Some(self.net_access(entry, command, att, &request.config)),
             &self.cni_path,
+            &self.conf.image_dir,
             &self.conf.name,
             entry,
             command,
@@ -898,10 +925,12 @@ impl Executor {
     ) -> Result<Option<CniResult>, (HostError, Option<String>)> {
         let at = |e: HostError| (e.in_step(step.index, &step.entry.plugin_type), None);
         let config = self.plugin_config(step, prev).map_err(at)?;
-        let plugin = match self
-            .runtime
-            .load(&step.entry.plugin_type, step.entry.limits.sha256.as_deref())
-        {
+        let plugin = match load_component(
+            &self.runtime,
+            &self.conf.image_dir,
+            &step.entry.plugin_type,
+            &step.entry.limits,
+        ) {
             Ok(p) => p,
             Err(CallError::NotFound { plugin, dir, .. }) => {
                 let Some(path) = native::find(&self.cni_path, &plugin) else {
@@ -1057,4 +1086,38 @@ fn union(a: &CreatedLinks, b: &CreatedLinks) -> CreatedLinks {
 
 fn recorded_result(rec: Option<&AttachmentRecord>) -> Option<CniResult> {
     rec.and_then(|r| result::parse(&r.result, "1.1.0").ok())
+}
+
+/// A chain entry's component: from the image store when the entry names an
+/// image (never a native plugin then: an image that is not pulled is an
+/// error of its own), else `<type>.wasm` from pluginDir. A `sha256` pin
+/// beside an image must name the image's component.
+pub(crate) fn load_component(
+    runtime: &Runtime,
+    image_dir: &std::path::Path,
+    plugin: &str,
+    limits: &crate::cni::config::Limits,
+) -> Result<Arc<Plugin>, CallError> {
+    let Some(image) = &limits.image else {
+        return runtime.load(plugin, limits.sha256.as_deref());
+    };
+    let image_err = |error| CallError::Image {
+        plugin: plugin.to_string(),
+        error: Box::new(error),
+    };
+    let image: ImageRef = image.parse().map_err(image_err)?;
+    let resolved = ImageStore::new(image_dir)
+        .resolve(&image)
+        .map_err(image_err)?;
+    if let Some(pin) = limits.sha256.as_deref() {
+        if !pin.eq_ignore_ascii_case(&resolved.pin) {
+            return Err(CallError::DigestMismatch {
+                plugin: plugin.to_string(),
+                path: resolved.path,
+                expected: pin.to_string(),
+                actual: resolved.pin,
+            });
+        }
+    }
+    runtime.load_image(plugin, resolved.path, &resolved.pin)
 }

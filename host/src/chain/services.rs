@@ -36,6 +36,7 @@ pub(super) struct StepServices {
     request: wit::Request,
     valid: Vec<wit::Attachment>,
     cni_path: Vec<PathBuf>,
+    image_dir: PathBuf,
     cni_version: String,
     /// Set while the delegate holds an allocation made during this step.
     held: Mutex<Option<String>>,
@@ -51,6 +52,7 @@ impl StepServices {
         store: Arc<dyn StateStore>,
         net: Option<NetAccess>,
         cni_path: &[PathBuf],
+        image_dir: &std::path::Path,
         network: &str,
         entry: &ChainEntry,
         command: Command,
@@ -93,6 +95,7 @@ impl StepServices {
             request: request.clone(),
             valid: valid.map(<[_]>::to_vec).unwrap_or_default(),
             cni_path: cni_path.to_vec(),
+            image_dir: image_dir.to_path_buf(),
             cni_version: serde_json::from_str::<Value>(&request.config)
                 .ok()
                 .and_then(|v| v.get("cniVersion")?.as_str().map(str::to_string))
@@ -125,10 +128,12 @@ impl StepServices {
             let left = deadline.saturating_duration_since(Instant::now());
             limits.deadline_ms = limits.deadline_ms.min(left.as_millis() as u64).max(1);
         }
-        let plugin = match self
-            .runtime
-            .load(ipam_type, self.ipam_limits.sha256.as_deref())
-        {
+        let plugin = match super::load_component(
+            &self.runtime,
+            &self.image_dir,
+            ipam_type,
+            &self.ipam_limits,
+        ) {
             Ok(p) => p,
             Err(CallError::NotFound { plugin, dir, .. }) => {
                 let Some(path) = native::find(&self.cni_path, &plugin) else {
@@ -192,6 +197,7 @@ impl StepServices {
             request: self.request.clone(),
             valid: self.valid.clone(),
             cni_path: Vec::new(),
+            image_dir: self.image_dir.clone(),
             cni_version: self.cni_version.clone(),
             held: Mutex::new(None),
             faults: self.faults.clone(),

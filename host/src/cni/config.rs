@@ -16,6 +16,8 @@ use super::version;
 
 pub const DEFAULT_PLUGIN_DIR: &str = "/opt/cni/wasm";
 pub const DEFAULT_STATE_DIR: &str = "/run/wasm-cni";
+/// Where `wasm-cni pull` keeps images: persistent, unlike the state on /run.
+pub const DEFAULT_IMAGE_DIR: &str = "/var/lib/wasm-cni/images";
 
 /// GC's list of attachments that are still in use. The tagged spec 1.1.0 text used the
 /// second name; libcni sends both, and so do we.
@@ -29,6 +31,8 @@ pub struct NetConf {
     pub name: String,
     pub chain: Vec<ChainEntry>,
     pub plugin_dir: PathBuf,
+    /// The image store that chain entries naming `wasm.image` load from.
+    pub image_dir: PathBuf,
     pub state_dir: PathBuf,
     pub cache_dir: Option<PathBuf>,
     pub prev_result: Option<Value>,
@@ -68,6 +72,9 @@ pub struct Limits {
     pub host_call_budget: Option<u64>,
     /// Expected digest of the component, lowercased.
     pub sha256: Option<String>,
+    /// `REGISTRY/REPOSITORY@sha256:…`: the component comes from the image
+    /// store instead of pluginDir (checked where it is loaded).
+    pub image: Option<String>,
 }
 
 fn decoding(why: impl std::fmt::Display) -> CniError {
@@ -205,6 +212,7 @@ pub fn parse(stdin: &[u8], command: Command) -> Result<NetConf, CniError> {
         name: name.to_string(),
         chain,
         plugin_dir: dir(&raw, "pluginDir")?.unwrap_or_else(|| DEFAULT_PLUGIN_DIR.into()),
+        image_dir: dir(&raw, "imageDir")?.unwrap_or_else(|| DEFAULT_IMAGE_DIR.into()),
         state_dir: dir(&raw, "stateDir")?.unwrap_or_else(|| DEFAULT_STATE_DIR.into()),
         cache_dir: dir(&raw, "cacheDir")?,
         prev_result: field(&raw, "prevResult").cloned(),
@@ -375,6 +383,14 @@ fn parse_limits(at: &str, v: Option<&Value>) -> Result<Limits, CniError> {
                         Some(s.to_ascii_lowercase())
                     }
                     _ => return Err(invalid(format!("{path}: expected 64 hex characters"))),
+                };
+                continue;
+            }
+            "image" => {
+                limits.image = match value {
+                    Value::Null => None,
+                    Value::String(s) if !s.is_empty() => Some(s.clone()),
+                    _ => return Err(invalid(format!("{path}: expected an image reference"))),
                 };
                 continue;
             }
@@ -734,7 +750,8 @@ mod tests {
         let c = parse(
             &with(r#"{"chain":[{"type":"portmap","capabilities":{"portMappings":true,"bandwidth":false,"mac":true},
                 "wasm":{"memoryBytes":67108864,"deadlineMs":2000,"maxResultBytes":65536,"hostCallBudget":1000,
-                "sha256":"ABCDEF0123456789abcdef0123456789ABCDEF0123456789abcdef0123456789"}}]}"#),
+                "sha256":"ABCDEF0123456789abcdef0123456789ABCDEF0123456789abcdef0123456789",
+                "image":"reg.example/cni/portmap@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}}]}"#),
             Command::Add,
         )
         .unwrap();
@@ -749,6 +766,9 @@ mod tests {
                 host_call_budget: Some(1000),
                 sha256: Some(
                     "abcdef0123456789abcdef0123456789abcdef0123456789abcdef0123456789".into()
+                ),
+                image: Some(
+                    "reg.example/cni/portmap@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef".into()
                 ),
             }
         );
@@ -812,6 +832,16 @@ mod tests {
                 r#"{"sha256":"zz23456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}"#,
                 7,
                 "chain[0].wasm.sha256",
+            ),
+            (
+                r#"{"image":5}"#,
+                7,
+                "chain[0].wasm.image: expected an image reference",
+            ),
+            (
+                r#"{"image":""}"#,
+                7,
+                "chain[0].wasm.image: expected an image reference",
             ),
             (
                 r#"{"memoryByte":5}"#,

@@ -117,6 +117,12 @@ pub enum CallError {
         /// CNI_PATH, when it was searched for a native plugin too.
         cni_path: Vec<PathBuf>,
     },
+    #[error("plugin {plugin:?}: {error}")]
+    Image {
+        plugin: String,
+        /// Boxed: the other variants stay small.
+        error: Box<crate::image::ImageError>,
+    },
     #[error("plugin {plugin:?}: invalid plugin type name")]
     BadName { plugin: String },
     #[error("plugin {plugin:?}: sha256 mismatch: config pins {expected}, {} has {actual}", path.display())]
@@ -354,8 +360,32 @@ impl Runtime {
     /// Load the component for a plugin type: once, and again whenever its
     /// file changes.
     pub fn load(&self, plugin: &str, pin: Option<&str>) -> Result<Arc<Plugin>, CallError> {
-        let key = format!("{plugin}@{}", pin.unwrap_or(""));
         let path = self.plugin_path(plugin)?;
+        self.load_from(plugin, plugin, path, pin)
+    }
+
+    /// Load the component of an image from the image store: `path` is its
+    /// blob and `pin` the digest the manifest names, which it must have.
+    pub fn load_image(
+        &self,
+        plugin: &str,
+        path: PathBuf,
+        pin: &str,
+    ) -> Result<Arc<Plugin>, CallError> {
+        // The digest record is named after the image, not the type: one
+        // type may come from pluginDir in one network, an image in another.
+        let record = format!("image-{pin}");
+        self.load_from(plugin, &record, path, Some(pin))
+    }
+
+    fn load_from(
+        &self,
+        plugin: &str,
+        record: &str,
+        path: PathBuf,
+        pin: Option<&str>,
+    ) -> Result<Arc<Plugin>, CallError> {
+        let key = format!("{}@{}", path.display(), pin.unwrap_or(""));
         if let Ok(meta) = std::fs::metadata(&path) {
             let id = SourceId::of(&meta);
             let hit = self.loaded.lock().ok().and_then(|m| match m.get(&key) {
@@ -390,7 +420,7 @@ impl Runtime {
         // Warm path: the file is the one whose digest the cache recorded,
         // and its artifact is there: neither read nor hash the component.
         let engine = &self.shared.engine;
-        let warm = match self.cache.known_digest(plugin, &id) {
+        let warm = match self.cache.known_digest(record, &id) {
             Some(digest) => {
                 check_pin(plugin, &path, pin, &digest)?;
                 self.cache
@@ -410,7 +440,7 @@ impl Runtime {
                     .cache
                     .load_or_compile(engine, plugin, &digest, &bytes)
                     .map_err(invalid)?;
-                self.cache.remember_digest(plugin, &id, &digest);
+                self.cache.remember_digest(record, &id, &digest);
                 (digest, component, origin)
             }
         };

@@ -29,6 +29,11 @@ pub const TEST_PACKAGES: &[&str] = &[
     // The cluster store tests run a real etcd (and etcdctl to inspect it).
     "etcd-server",
     "etcd-client",
+    // The registry tests push to and pull from a real registry (htpasswd
+    // makes its Basic credentials), and a lying one written in Python.
+    "docker-registry",
+    "apache2-utils",
+    "python3",
 ];
 
 pub fn run(extra: &[&str]) -> Result<()> {

@@ -1,0 +1,871 @@
+//! A small OCI distribution client for `wasm-cni pull` and `push`: HTTP/1.1
+//! (hyper) over TCP or TLS (rustls, the system's roots or `--ca-file`), with
+//! the registry token flow (a 401's `WWW-Authenticate: Bearer realm=…` is
+//! answered with a token from the realm, Basic with the credentials) and
+//! redirects for blobs (no credentials to another host).
+//!
+//! Every reply is read under a size limit and a deadline: a manifest is at
+//! most 4 MiB, a blob exactly the size its descriptor states, and nothing is
+//! stored before its digest matches. One connection per request; a pull is
+//! four requests.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use base64::Engine as _;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::header::{self, HeaderMap, HeaderValue};
+use hyper::{Method, Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use super::auth::{self, Creds};
+use super::{
+    build_artifact, component_interface, parse_config, parse_manifest, ComponentSummary,
+    Descriptor, Digest, ImageRef, ImageStore, WasmManifest, INDEX_MEDIA_TYPE, MANIFEST_MEDIA_TYPE,
+    MAX_MANIFEST_BYTES,
+};
+
+/// How `pull` and `push` reach a registry.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Plain HTTP instead of HTTPS (a registry on loopback, a test).
+    pub plain_http: bool,
+    /// The auth file to use instead of podman's and docker's defaults.
+    pub auth_file: Option<PathBuf>,
+    /// PEM certificates to trust instead of the system's.
+    pub ca_file: Option<PathBuf>,
+    /// Each request (connect, send, read the whole reply) ends by then.
+    pub timeout: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            plain_http: false,
+            auth_file: None,
+            ca_file: None,
+            timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// What `pull` fetched.
+#[derive(Debug, Clone)]
+pub struct Pulled {
+    /// The image by digest: what a chain entry names.
+    pub pinned: ImageRef,
+    pub manifest: WasmManifest,
+    pub summary: ComponentSummary,
+    /// False when the component was already in the store.
+    pub fetched_component: bool,
+}
+
+/// Error bodies and token replies are small; more is not read.
+const SMALL_REPLY: u64 = 1 << 20;
+
+pub fn pull(store: &ImageStore, image: &ImageRef, opts: &Options) -> Result<Pulled, String> {
+    runtime()?.block_on(async {
+        let mut s = Session::new(image, opts)?;
+        let what = format!("manifest of {image}");
+        let path = format!(
+            "/v2/{}/manifests/{}",
+            image.repository,
+            image.manifest_reference()
+        );
+        let accept = format!("{MANIFEST_MEDIA_TYPE}, {INDEX_MEDIA_TYPE}");
+        let reply = s
+            .send(Method::GET, &path, &[(header::ACCEPT, accept)], None, MAX_MANIFEST_BYTES)
+            .await?;
+        reply.expect(StatusCode::OK, &what)?;
+        let digest = Digest::of(&reply.body);
+        match &image.digest {
+            Some(want) if *want != digest => {
+                return Err(super::ImageError::DigestMismatch {
+                    what: format!("{what} as the registry sent it"),
+                    expected: want.to_string(),
+                    actual: digest.to_string(),
+                }
+                .to_string())
+            }
+            Some(_) => {}
+            None => {
+                // A tag: the digest is what we received; a registry that
+                // claims another digest for it is not believed either way.
+                if let Some(claimed) = reply.header("docker-content-digest") {
+                    if claimed != digest.to_string() {
+                        return Err(format!(
+                            "{what}: the registry says its digest is {claimed}, the bytes it sent are {digest}"
+                        ));
+                    }
+                }
+            }
+        }
+        let manifest = parse_manifest(&reply.body).map_err(|e| format!("{image}: {e}"))?;
+        let config = s.blob(&manifest.config, "artifact config").await?;
+        let summary = parse_config(&config, &manifest).map_err(|e| format!("{image}: {e}"))?;
+        let fetched_component = !store.has_blob(&manifest.layer);
+        if fetched_component {
+            let component = s.blob(&manifest.layer, "component").await?;
+            component_interface(&component).map_err(|e| format!("{image}: {e}"))?;
+            store
+                .put_blob(&manifest.layer.digest, &component)
+                .map_err(|e| e.to_string())?;
+        }
+        store
+            .put_blob(&manifest.config.digest, &config)
+            .map_err(|e| e.to_string())?;
+        // The manifest last: once it is there, so is all it names.
+        store.put_blob(&digest, &reply.body).map_err(|e| e.to_string())?;
+        store
+            .record(&image.to_string(), &digest, reply.body.len() as u64)
+            .map_err(|e| e.to_string())?;
+        Ok(Pulled {
+            pinned: image.pinned(digest),
+            manifest,
+            summary,
+            fetched_component,
+        })
+    })
+}
+
+/// Publish `component` as `image` (a tag) in the CNCF wasm layout, its
+/// config saying it was `created` then; the image by digest on success.
+pub fn push(
+    component: &[u8],
+    created: SystemTime,
+    image: &ImageRef,
+    opts: &Options,
+) -> Result<ImageRef, String> {
+    if image.digest.is_some() {
+        return Err(format!(
+            "{image}: push to a tag (REPOSITORY:TAG); the digest is known once pushed"
+        ));
+    }
+    let artifact = build_artifact(component, created).map_err(|e| e.to_string())?;
+    runtime()?.block_on(async {
+        let mut s = Session::new(image, opts)?;
+        for (desc, bytes) in [
+            (&artifact.layer, component),
+            (&artifact.config_descriptor, artifact.config.as_slice()),
+        ] {
+            s.upload(image, desc, bytes).await?;
+        }
+        let path = format!(
+            "/v2/{}/manifests/{}",
+            image.repository,
+            image.manifest_reference()
+        );
+        let digest = artifact.manifest_digest();
+        let reply = s
+            .send(
+                Method::PUT,
+                &path,
+                &[(header::CONTENT_TYPE, MANIFEST_MEDIA_TYPE.into())],
+                Some(artifact.manifest.clone()),
+                SMALL_REPLY,
+            )
+            .await?;
+        reply.expect(
+            StatusCode::CREATED,
+            &format!("pushing the manifest of {image}"),
+        )?;
+        if let Some(claimed) = reply.header("docker-content-digest") {
+            if claimed != digest.to_string() {
+                return Err(format!(
+                    "{image}: the registry stored the manifest as {claimed}, we sent {digest}"
+                ));
+            }
+        }
+        Ok(image.pinned(digest))
+    })
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("starting the I/O runtime: {e}"))
+}
+
+/// An absolute http(s) URL, split as a request needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Url {
+    pub https: bool,
+    /// As in the Host header: an IPv6 address in brackets.
+    pub host: String,
+    pub port: u16,
+    /// Path and query, starting with '/'.
+    pub target: String,
+}
+
+impl Url {
+    pub fn parse(s: &str) -> Result<Url, String> {
+        let (https, rest) = if let Some(r) = s.strip_prefix("https://") {
+            (true, r)
+        } else if let Some(r) = s.strip_prefix("http://") {
+            (false, r)
+        } else {
+            return Err(format!("{s:?} is not an http(s) URL"));
+        };
+        let (authority, target) = match rest.find(['/', '?']) {
+            Some(i) if rest.as_bytes()[i] == b'/' => (&rest[..i], rest[i..].to_string()),
+            Some(i) => (&rest[..i], format!("/{}", &rest[i..])),
+            None => (rest, "/".to_string()),
+        };
+        if authority.contains('@') {
+            return Err(format!("{s:?}: credentials in a URL are not accepted"));
+        }
+        let default_port = if https { 443 } else { 80 };
+        let (host, port) = if authority.starts_with('[') {
+            match authority.split_once(']') {
+                Some((h, rest)) => (
+                    format!("{h}]"),
+                    match rest.strip_prefix(':') {
+                        Some(p) => p.parse().map_err(|_| format!("{s:?}: bad port"))?,
+                        None if rest.is_empty() => default_port,
+                        None => return Err(format!("{s:?}: bad authority")),
+                    },
+                ),
+                None => return Err(format!("{s:?}: bad authority")),
+            }
+        } else {
+            match authority.rsplit_once(':') {
+                Some((h, p)) => (
+                    h.to_string(),
+                    p.parse().map_err(|_| format!("{s:?}: bad port"))?,
+                ),
+                None => (authority.to_string(), default_port),
+            }
+        };
+        if host.is_empty() || port == 0 || target.bytes().any(|b| b <= b' ' || b == 0x7f) {
+            return Err(format!("{s:?}: bad URL"));
+        }
+        Ok(Url {
+            https,
+            host,
+            port,
+            target,
+        })
+    }
+
+    /// A Location header's target, absolute or relative to this URL.
+    pub fn join(&self, location: &str) -> Result<Url, String> {
+        if location.starts_with("http://") || location.starts_with("https://") {
+            return Url::parse(location);
+        }
+        let target = if location.starts_with('/') {
+            location.to_string()
+        } else {
+            let dir = self.target.split('?').next().unwrap_or("/");
+            let dir = &dir[..dir.rfind('/').map_or(0, |i| i + 1)];
+            format!("{dir}{location}")
+        };
+        Url::parse(&format!("{}{target}", self.origin()))
+    }
+
+    pub fn origin(&self) -> String {
+        let scheme = if self.https { "https" } else { "http" };
+        format!("{scheme}://{}:{}", self.host, self.port)
+    }
+
+    fn authority(&self) -> String {
+        if self.port == if self.https { 443 } else { 80 } {
+            self.host.clone()
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+
+    fn connect_host(&self) -> &str {
+        self.host.trim_start_matches('[').trim_end_matches(']')
+    }
+}
+
+/// The first challenge of a `WWW-Authenticate` header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Challenge {
+    Basic,
+    Bearer {
+        realm: String,
+        /// `service`, `scope` and the rest, in order, for the token request.
+        params: Vec<(String, String)>,
+    },
+}
+
+pub fn parse_challenge(h: &str) -> Result<Challenge, String> {
+    let h = h.trim();
+    let (scheme, rest) = h.split_once([' ', '\t']).unwrap_or((h, ""));
+    if scheme.eq_ignore_ascii_case("basic") {
+        return Ok(Challenge::Basic);
+    }
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return Err(format!("unsupported authentication scheme {scheme:?}"));
+    }
+    let mut params = Vec::new();
+    let mut chars = rest.chars().peekable();
+    loop {
+        while chars.peek().is_some_and(|c| *c == ',' || c.is_whitespace()) {
+            chars.next();
+        }
+        if chars.peek().is_none() {
+            break;
+        }
+        let key: String = chars.by_ref().take_while(|c| *c != '=').collect();
+        let key = key.trim().to_ascii_lowercase();
+        if key.is_empty() || key.contains([' ', ',', '"']) {
+            return Err(format!("malformed challenge {h:?}"));
+        }
+        let mut value = String::new();
+        if chars.peek() == Some(&'"') {
+            chars.next();
+            let mut closed = false;
+            while let Some(c) = chars.next() {
+                match c {
+                    '\\' => value.extend(chars.next()),
+                    '"' => {
+                        closed = true;
+                        break;
+                    }
+                    c => value.push(c),
+                }
+            }
+            if !closed {
+                return Err(format!("malformed challenge {h:?}: unterminated quote"));
+            }
+        } else {
+            while let Some(c) = chars.peek() {
+                if *c == ',' {
+                    break;
+                }
+                value.push(*c);
+                chars.next();
+            }
+            value = value.trim().to_string();
+        }
+        params.push((key, value));
+    }
+    let Some(i) = params.iter().position(|(k, _)| k == "realm") else {
+        return Err(format!("Bearer challenge {h:?} names no realm"));
+    };
+    let (_, realm) = params.remove(i);
+    Ok(Challenge::Bearer { realm, params })
+}
+
+/// A distribution error reply in a sentence: the status, and the registry's
+/// own codes and messages when it sent them.
+pub fn describe_error(status: StatusCode, body: &[u8]) -> String {
+    let mut out = status.to_string();
+    if let Ok(v) = serde_json::from_slice::<Value>(body) {
+        let errors: Vec<String> = v
+            .get("errors")
+            .and_then(Value::as_array)
+            .map(|l| {
+                l.iter()
+                    .take(5)
+                    .map(|e| {
+                        let field = |k| e.get(k).and_then(Value::as_str).unwrap_or("");
+                        format!("{} {}", field("code"), field("message"))
+                            .trim()
+                            .chars()
+                            .take(200)
+                            .collect()
+                    })
+                    .filter(|s: &String| !s.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default();
+        if !errors.is_empty() {
+            out.push_str(": ");
+            out.push_str(&errors.join("; "));
+        }
+    }
+    out
+}
+
+/// Percent-encode a query component (RFC 3986 unreserved kept).
+fn encode(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    fn expect(&self, want: StatusCode, what: &str) -> Result<(), String> {
+        if self.status == want || (want == StatusCode::OK && self.status.is_success()) {
+            return Ok(());
+        }
+        Err(format!(
+            "{what}: {}",
+            describe_error(self.status, &self.body)
+        ))
+    }
+}
+
+struct Session<'a> {
+    opts: &'a Options,
+    base: Url,
+    image: &'a ImageRef,
+    creds: Option<Creds>,
+    /// The Authorization header the registry accepted (or we hope it will).
+    authorization: Option<String>,
+    tls: Option<tokio_rustls::TlsConnector>,
+}
+
+impl<'a> Session<'a> {
+    fn new(image: &'a ImageRef, opts: &'a Options) -> Result<Self, String> {
+        let scheme = if opts.plain_http { "http" } else { "https" };
+        let base = Url::parse(&format!("{scheme}://{}/", image.api_host()))?;
+        let creds = auth::lookup(opts.auth_file.as_deref(), image)?;
+        Ok(Session {
+            opts,
+            base,
+            image,
+            creds,
+            authorization: None,
+            tls: None,
+        })
+    }
+
+    /// A request to the registry, answering one authentication challenge
+    /// and following up to five redirects.
+    async fn send(
+        &mut self,
+        method: Method,
+        target: &str,
+        headers: &[(header::HeaderName, String)],
+        body: Option<Vec<u8>>,
+        limit: u64,
+    ) -> Result<Reply, String> {
+        let mut url = self.base.join(target)?;
+        self.send_url(method, &mut url, headers, body, limit).await
+    }
+
+    async fn send_url(
+        &mut self,
+        method: Method,
+        url: &mut Url,
+        headers: &[(header::HeaderName, String)],
+        body: Option<Vec<u8>>,
+        limit: u64,
+    ) -> Result<Reply, String> {
+        let mut answered = false;
+        let mut redirects = 0;
+        loop {
+            let ours = url.origin() == self.base.origin();
+            let mut h: Vec<(header::HeaderName, String)> = headers.to_vec();
+            if let (true, Some(a)) = (ours, &self.authorization) {
+                h.push((header::AUTHORIZATION, a.clone()));
+            }
+            let reply = self
+                .exchange(method.clone(), url, &h, body.clone(), limit)
+                .await?;
+            if reply.status == StatusCode::UNAUTHORIZED && ours && !answered {
+                answered = true;
+                let challenge = reply
+                    .header("www-authenticate")
+                    .ok_or_else(|| {
+                        format!("{}: 401 without a WWW-Authenticate challenge", url.origin())
+                    })?
+                    .to_string();
+                self.authenticate(&challenge).await?;
+                continue;
+            }
+            if reply.status.is_redirection() && reply.status != StatusCode::NOT_MODIFIED {
+                let Some(location) = reply.header("location") else {
+                    return Err(format!("{}: a redirect without a Location", url.origin()));
+                };
+                redirects += 1;
+                if redirects > 5 || !(method == Method::GET || method == Method::HEAD) {
+                    return Err(format!("{}: too many redirects", self.base.origin()));
+                }
+                *url = url.join(location)?;
+                continue;
+            }
+            if reply.status == StatusCode::UNAUTHORIZED {
+                let who = match &self.creds {
+                    Some(c) => format!("the credentials of {} from {} were refused", c.username, c.source),
+                    None => format!(
+                        "no credentials for {} in the auth files ({}); `podman login {}` or --auth-file",
+                        self.image.registry,
+                        auth::candidates(self.opts.auth_file.as_deref())
+                            .iter()
+                            .map(|p| p.display().to_string())
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        self.image.registry
+                    ),
+                };
+                return Err(format!("{}: unauthorized: {who}", self.image));
+            }
+            return Ok(reply);
+        }
+    }
+
+    async fn authenticate(&mut self, challenge: &str) -> Result<(), String> {
+        let basic = self.creds.as_ref().map(|c| {
+            let raw = format!("{}:{}", c.username, c.password);
+            format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(raw)
+            )
+        });
+        match parse_challenge(challenge).map_err(|e| format!("{}: {e}", self.base.origin()))? {
+            Challenge::Basic => {
+                // Without credentials the request is sent once more and its
+                // 401 reported with where credentials were looked for.
+                self.authorization = basic;
+            }
+            Challenge::Bearer { realm, params } => {
+                let mut realm = Url::parse(&realm)
+                    .map_err(|e| format!("{}: token realm: {e}", self.base.origin()))?;
+                let query: Vec<String> = params
+                    .iter()
+                    .filter(|(k, _)| k == "service" || k == "scope")
+                    .map(|(k, v)| format!("{k}={}", encode(v)))
+                    .collect();
+                if !query.is_empty() {
+                    let sep = if realm.target.contains('?') { '&' } else { '?' };
+                    realm.target = format!("{}{sep}{}", realm.target, query.join("&"));
+                }
+                let mut h = Vec::new();
+                // Credentials go to a realm over TLS only (or where the
+                // operator chose plain HTTP).
+                if let Some(b) = basic.filter(|_| realm.https || self.opts.plain_http) {
+                    h.push((header::AUTHORIZATION, b));
+                }
+                let reply = self
+                    .exchange(Method::GET, &realm, &h, None, SMALL_REPLY)
+                    .await?;
+                reply.expect(StatusCode::OK, &format!("token from {}", realm.origin()))?;
+                let v: Value = serde_json::from_slice(&reply.body)
+                    .map_err(|e| format!("token from {}: not JSON: {e}", realm.origin()))?;
+                let token = ["token", "access_token"]
+                    .iter()
+                    .find_map(|k| v.get(*k).and_then(Value::as_str))
+                    .filter(|t| !t.is_empty() && HeaderValue::from_str(t).is_ok())
+                    .ok_or_else(|| format!("token from {}: no usable token", realm.origin()))?;
+                self.authorization = Some(format!("Bearer {token}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// A blob by its descriptor, verified.
+    async fn blob(&mut self, desc: &Descriptor, what: &str) -> Result<Vec<u8>, String> {
+        let target = format!("/v2/{}/blobs/{}", self.image.repository, desc.digest);
+        let reply = self
+            .send(Method::GET, &target, &[], None, desc.size.max(SMALL_REPLY))
+            .await?;
+        let what = format!("{what} {} of {}", desc.digest, self.image);
+        reply.expect(StatusCode::OK, &what)?;
+        desc.verify(&what, &reply.body).map_err(|e| e.to_string())?;
+        Ok(reply.body)
+    }
+
+    /// Upload a blob unless the registry has it (monolithic: one POST for
+    /// the session, one PUT with the content and its digest).
+    async fn upload(
+        &mut self,
+        image: &ImageRef,
+        desc: &Descriptor,
+        bytes: &[u8],
+    ) -> Result<(), String> {
+        let target = format!("/v2/{}/blobs/{}", image.repository, desc.digest);
+        let head = self
+            .send(Method::HEAD, &target, &[], None, SMALL_REPLY)
+            .await?;
+        if head.status == StatusCode::OK {
+            return Ok(());
+        }
+        let what = format!("uploading {} to {image}", desc.digest);
+        let start = self
+            .send(
+                Method::POST,
+                &format!("/v2/{}/blobs/uploads/", image.repository),
+                &[],
+                Some(Vec::new()),
+                SMALL_REPLY,
+            )
+            .await?;
+        start.expect(StatusCode::ACCEPTED, &what)?;
+        let location = start
+            .header("location")
+            .ok_or_else(|| format!("{what}: the registry gave no upload Location"))?;
+        let mut url = self.base.join(location)?;
+        let sep = if url.target.contains('?') { '&' } else { '?' };
+        url.target = format!(
+            "{}{sep}digest={}",
+            url.target,
+            encode(&desc.digest.to_string())
+        );
+        let put = self
+            .send_url(
+                Method::PUT,
+                &mut url,
+                &[(header::CONTENT_TYPE, "application/octet-stream".into())],
+                Some(bytes.to_vec()),
+                SMALL_REPLY,
+            )
+            .await?;
+        put.expect(StatusCode::CREATED, &what)
+    }
+
+    fn tls(&mut self) -> Result<tokio_rustls::TlsConnector, String> {
+        if let Some(t) = &self.tls {
+            return Ok(t.clone());
+        }
+        let t = tls_connector(self.opts.ca_file.as_deref())?;
+        self.tls = Some(t.clone());
+        Ok(t)
+    }
+
+    /// One request on a connection of its own, whole within the timeout.
+    async fn exchange(
+        &mut self,
+        method: Method,
+        url: &Url,
+        headers: &[(header::HeaderName, String)],
+        body: Option<Vec<u8>>,
+        limit: u64,
+    ) -> Result<Reply, String> {
+        let tls = if url.https { Some(self.tls()?) } else { None };
+        let deadline = Instant::now() + self.opts.timeout;
+        let origin = url.origin();
+        let work = exchange(tls, method, url, headers, body, limit);
+        match tokio::time::timeout_at(deadline.into(), work).await {
+            Ok(r) => r.map_err(|e| format!("{origin}: {e}")),
+            Err(_) => Err(format!(
+                "{origin}: no complete reply within {} ms",
+                self.opts.timeout.as_millis()
+            )),
+        }
+    }
+}
+
+async fn exchange(
+    tls: Option<tokio_rustls::TlsConnector>,
+    method: Method,
+    url: &Url,
+    headers: &[(header::HeaderName, String)],
+    body: Option<Vec<u8>>,
+    limit: u64,
+) -> Result<Reply, String> {
+    let tcp = tokio::net::TcpStream::connect((url.connect_host(), url.port))
+        .await
+        .map_err(|e| format!("connecting: {e}"))?;
+    let _ = tcp.set_nodelay(true);
+    let io: Box<dyn Io> = match tls {
+        None => Box::new(tcp),
+        Some(tls) => {
+            let name = tokio_rustls::rustls::pki_types::ServerName::try_from(
+                url.connect_host().to_string(),
+            )
+            .map_err(|e| format!("server name: {e}"))?;
+            Box::new(
+                tls.connect(name, tcp)
+                    .await
+                    .map_err(|e| format!("TLS: {e}"))?,
+            )
+        }
+    };
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+        .await
+        .map_err(|e| format!("HTTP: {e}"))?;
+    let driver = tokio::spawn(conn);
+    let mut req = Request::builder()
+        .method(method.clone())
+        .uri(url.target.as_str())
+        .header(header::HOST, url.authority())
+        .header(
+            header::USER_AGENT,
+            concat!("wasm-cni/", env!("CARGO_PKG_VERSION")),
+        );
+    for (name, value) in headers {
+        req = req.header(name, value.as_str());
+    }
+    let req = req
+        .body(Full::new(Bytes::from(body.unwrap_or_default())))
+        .map_err(|e| format!("request: {e}"))?;
+    let res = sender
+        .send_request(req)
+        .await
+        .map_err(|e| format!("HTTP: {e}"))?;
+    let (parts, mut incoming) = res.into_parts();
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let mut body = Vec::new();
+    if method != Method::HEAD {
+        if declared.is_some_and(|n| n > limit) {
+            driver.abort();
+            return Err(format!(
+                "a reply of {} bytes, over the limit of {limit}",
+                declared.unwrap_or(0)
+            ));
+        }
+        while let Some(frame) = incoming.frame().await {
+            let frame = frame.map_err(|e| format!("reading the reply: {e}"))?;
+            if let Ok(data) = frame.into_data() {
+                if (body.len() + data.len()) as u64 > limit {
+                    driver.abort();
+                    return Err(format!("a reply over the limit of {limit} bytes"));
+                }
+                body.extend_from_slice(&data);
+            }
+        }
+    }
+    driver.abort();
+    Ok(Reply {
+        status: parts.status,
+        headers: parts.headers,
+        body,
+    })
+}
+
+fn tls_connector(ca_file: Option<&Path>) -> Result<tokio_rustls::TlsConnector, String> {
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::CertificateDer;
+    use tokio_rustls::rustls::{ClientConfig, RootCertStore};
+    let file = ca_file.unwrap_or(Path::new("/etc/ssl/certs/ca-certificates.crt"));
+    let mut roots = RootCertStore::empty();
+    let certs = CertificateDer::pem_file_iter(file).map_err(|e| {
+        format!(
+            "{}: {e} (install ca-certificates, or pass --ca-file)",
+            file.display()
+        )
+    })?;
+    for cert in certs {
+        let cert = cert.map_err(|e| format!("{}: {e}", file.display()))?;
+        roots
+            .add(cert)
+            .map_err(|e| format!("{}: {e}", file.display()))?;
+    }
+    if roots.is_empty() {
+        return Err(format!("{}: no certificates", file.display()));
+    }
+    let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+    let config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_split_and_join() {
+        let u = Url::parse("http://127.0.0.1:5000/v2/").unwrap();
+        assert_eq!(
+            (u.https, u.host.as_str(), u.port, u.target.as_str()),
+            (false, "127.0.0.1", 5000, "/v2/")
+        );
+        let v6 = Url::parse("https://[::1]:8443").unwrap();
+        assert_eq!(
+            (
+                v6.host.as_str(),
+                v6.connect_host(),
+                v6.port,
+                v6.target.as_str()
+            ),
+            ("[::1]", "::1", 8443, "/")
+        );
+        assert_eq!(
+            Url::parse("https://auth.example?x=1").unwrap().target,
+            "/?x=1"
+        );
+        assert_eq!(
+            u.join("/v2/r/blobs/uploads/abc?_state=1").unwrap().target,
+            "/v2/r/blobs/uploads/abc?_state=1"
+        );
+        assert_eq!(
+            u.join("https://cdn.example/blob").unwrap().origin(),
+            "https://cdn.example:443"
+        );
+        for bad in [
+            "ftp://x/",
+            "http://u:p@host/",
+            "http://host:0/",
+            "http://host:99999/",
+            "http:///",
+            "http://h/a b",
+        ] {
+            assert!(Url::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn challenges_parse() {
+        assert_eq!(
+            parse_challenge("Basic realm=\"Registry\"").unwrap(),
+            Challenge::Basic
+        );
+        let c = parse_challenge(
+            r#"Bearer realm="https://auth.docker.io/token",service="registry.docker.io",scope="repository:library/busybox:pull,push""#,
+        )
+        .unwrap();
+        assert_eq!(
+            c,
+            Challenge::Bearer {
+                realm: "https://auth.docker.io/token".into(),
+                params: vec![
+                    ("service".into(), "registry.docker.io".into()),
+                    (
+                        "scope".into(),
+                        "repository:library/busybox:pull,push".into()
+                    )
+                ]
+            }
+        );
+        assert!(parse_challenge("Bearer service=\"x\"")
+            .unwrap_err()
+            .contains("realm"));
+        assert!(parse_challenge("Bearer realm=\"x")
+            .unwrap_err()
+            .contains("unterminated"));
+        assert!(parse_challenge("Negotiate abc").is_err());
+        assert_eq!(encode("repository:a/b:pull"), "repository%3Aa%2Fb%3Apull");
+    }
+
+    #[test]
+    fn error_bodies_are_summarised() {
+        let body =
+            br#"{"errors":[{"code":"MANIFEST_UNKNOWN","message":"manifest unknown","detail":{}}]}"#;
+        assert_eq!(
+            describe_error(StatusCode::NOT_FOUND, body),
+            "404 Not Found: MANIFEST_UNKNOWN manifest unknown"
+        );
+        assert_eq!(
+            describe_error(StatusCode::BAD_GATEWAY, b"<html>"),
+            "502 Bad Gateway"
+        );
+    }
+}

@@ -1,0 +1,230 @@
+//! The node's image store: an OCI image layout directory (`oci-layout`,
+//! `index.json`, `blobs/sha256/<hex>`), so that skopeo, oras or umoci can
+//! read it too. Blobs are named by their digest and written whole (temporary
+//! file, fsync, rename); `index.json` lists what was pulled under which name
+//! and is only for people: resolving an image needs its manifest digest and
+//! nothing else.
+//!
+//! Resolving checks what it reads: the manifest's bytes against the digest
+//! the chain names, the layer's size against the manifest; the component's
+//! own digest is then the load's pin (checked by the sandbox as any `sha256`
+//! pin is), so a blob changed on disk is refused, not run.
+
+use std::fs;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+
+use super::{
+    parse_manifest, Descriptor, Digest, ImageError, ImageRef, WasmManifest, MANIFEST_MEDIA_TYPE,
+    MAX_MANIFEST_BYTES,
+};
+use crate::fsutil::{lock_exclusive, write_atomic};
+
+/// The annotation OCI layouts name an entry of index.json by.
+const REF_NAME: &str = "org.opencontainers.image.ref.name";
+
+#[derive(Debug, Clone)]
+pub struct ImageStore {
+    dir: PathBuf,
+}
+
+/// A chain entry's image, found in the store.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resolved {
+    /// The component file (a blob).
+    pub path: PathBuf,
+    /// Its sha256, which the load must find.
+    pub pin: String,
+}
+
+/// One entry of index.json.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Listed {
+    pub name: String,
+    pub manifest: Digest,
+    pub size: u64,
+}
+
+fn io_err(what: &Path, e: io::Error) -> ImageError {
+    ImageError::Io(format!("{}: {e}", what.display()))
+}
+
+impl ImageStore {
+    pub fn new(dir: &Path) -> Self {
+        ImageStore {
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn blob_path(&self, digest: &Digest) -> PathBuf {
+        self.dir.join("blobs/sha256").join(digest.hex())
+    }
+
+    /// Read a blob of at most `max` bytes; `None` when it is not there.
+    fn read_blob(&self, digest: &Digest, max: u64) -> Result<Option<Vec<u8>>, ImageError> {
+        let path = self.blob_path(digest);
+        let file = match fs::File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_err(&path, e)),
+        };
+        let mut bytes = Vec::new();
+        file.take(max + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| io_err(&path, e))?;
+        if bytes.len() as u64 > max {
+            return Err(ImageError::Invalid {
+                what: path.display().to_string(),
+                why: format!("larger than {max} bytes"),
+            });
+        }
+        Ok(Some(bytes))
+    }
+
+    /// The manifest stored under `digest`, verified and parsed.
+    pub fn manifest(&self, digest: &Digest) -> Result<Option<WasmManifest>, ImageError> {
+        let Some(bytes) = self.read_blob(digest, MAX_MANIFEST_BYTES)? else {
+            return Ok(None);
+        };
+        let what = format!("stored manifest {digest}");
+        super::verify_digest(&what, digest, &bytes)?;
+        parse_manifest(&bytes).map(Some)
+    }
+
+    /// Where the component of a chain entry's `image` is, and the digest it
+    /// must have. Reads two small files; contacts nothing.
+    pub fn resolve(&self, image: &ImageRef) -> Result<Resolved, ImageError> {
+        let Some(digest) = &image.digest else {
+            return Err(ImageError::Unpinned(image.to_string()));
+        };
+        let not_pulled = || ImageError::NotPulled {
+            image: image.to_string(),
+            dir: self.dir.display().to_string(),
+        };
+        let manifest = self.manifest(digest)?.ok_or_else(not_pulled)?;
+        let path = self.blob_path(&manifest.layer.digest);
+        match fs::metadata(&path) {
+            Ok(m) if m.len() == manifest.layer.size => {}
+            Ok(m) => {
+                return Err(ImageError::Invalid {
+                    what: format!("stored component of {image}"),
+                    why: format!(
+                        "{} bytes, the manifest says {}; pull it again",
+                        m.len(),
+                        manifest.layer.size
+                    ),
+                })
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(not_pulled()),
+            Err(e) => return Err(io_err(&path, e)),
+        }
+        Ok(Resolved {
+            path,
+            pin: manifest.layer.digest.hex().to_string(),
+        })
+    }
+
+    /// True when the blob is there with exactly this content (pull skips
+    /// it then; a damaged one is fetched again).
+    pub fn has_blob(&self, d: &Descriptor) -> bool {
+        matches!(
+            self.read_blob(&d.digest, d.size),
+            Ok(Some(b)) if d.verify("blob", &b).is_ok()
+        )
+    }
+
+    /// Store verified content under its digest.
+    pub fn put_blob(&self, digest: &Digest, bytes: &[u8]) -> Result<(), ImageError> {
+        super::verify_digest("blob", digest, bytes)?;
+        self.init()?;
+        let path = self.blob_path(digest);
+        write_atomic(&path, bytes).map_err(|e| io_err(&path, e))
+    }
+
+    fn init(&self) -> Result<(), ImageError> {
+        let blobs = self.dir.join("blobs/sha256");
+        fs::create_dir_all(&blobs).map_err(|e| io_err(&blobs, e))?;
+        let layout = self.dir.join("oci-layout");
+        if !layout.exists() {
+            write_atomic(&layout, br#"{"imageLayoutVersion":"1.0.0"}"#)
+                .map_err(|e| io_err(&layout, e))?;
+        }
+        Ok(())
+    }
+
+    /// Name a stored manifest in index.json (an entry of the same name is
+    /// replaced: a tag pulled again may point elsewhere now).
+    pub fn record(&self, name: &str, manifest: &Digest, size: u64) -> Result<(), ImageError> {
+        self.init()?;
+        let lock_path = self.dir.join(".lock");
+        let lock = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| io_err(&lock_path, e))?;
+        lock_exclusive(&lock, None).map_err(|e| io_err(&lock_path, e))?;
+        let mut entries: Vec<Value> = self
+            .index()?
+            .into_iter()
+            .filter(|e| e.name != name)
+            .map(|e| entry_json(&e))
+            .collect();
+        entries.push(entry_json(&Listed {
+            name: name.to_string(),
+            manifest: manifest.clone(),
+            size,
+        }));
+        let index = json!({"schemaVersion": 2, "manifests": entries});
+        let path = self.dir.join("index.json");
+        let bytes = serde_json::to_vec_pretty(&index)
+            .map_err(|e| ImageError::Io(format!("index.json: {e}")))?;
+        write_atomic(&path, &bytes).map_err(|e| io_err(&path, e))
+    }
+
+    /// What index.json names, in its order. Entries this host did not
+    /// write (another tool's) are listed when they are well-formed.
+    pub fn index(&self) -> Result<Vec<Listed>, ImageError> {
+        let path = self.dir.join("index.json");
+        let bytes = match fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_err(&path, e)),
+        };
+        let v: Value = serde_json::from_slice(&bytes).map_err(|e| ImageError::Invalid {
+            what: path.display().to_string(),
+            why: e.to_string(),
+        })?;
+        let listed = v
+            .get("manifests")
+            .and_then(Value::as_array)
+            .map(|l| {
+                l.iter()
+                    .filter_map(|e| {
+                        Some(Listed {
+                            name: e.get("annotations")?.get(REF_NAME)?.as_str()?.to_string(),
+                            manifest: e.get("digest")?.as_str()?.parse().ok()?,
+                            size: e.get("size")?.as_u64()?,
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(listed)
+    }
+}
+
+fn entry_json(e: &Listed) -> Value {
+    json!({
+        "mediaType": MANIFEST_MEDIA_TYPE,
+        "digest": e.manifest.to_string(),
+        "size": e.size,
+        "annotations": {REF_NAME: e.name},
+    })
+}

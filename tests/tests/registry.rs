@@ -1,0 +1,496 @@
+//! Plugins from an OCI registry: `wasm-cni push` and `pull` against a real
+//! registry (Debian docker-registry) and a lying one, in the test's node
+//! namespace on 127.0.0.1; chains that load their components from the image
+//! store by digest.
+
+use std::path::Path;
+use std::process::{Command, Output as ProcOutput, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use wasm_cni_tests::{
+    is_root, plugin, wasm_cni_bin, workspace_root, Invocation, Netns, Pod, Registry, TempDir,
+};
+
+/// `wasm-cni ARGS` inside `ns` with extra environment.
+fn cli(ns: &Netns, env: &[(&str, &str)], args: &[&str]) -> ProcOutput {
+    Command::new("ip")
+        .args(["netns", "exec", &ns.name])
+        .arg(wasm_cni_bin())
+        .args(args)
+        .env_remove("REGISTRY_AUTH_FILE")
+        .env_remove("DOCKER_CONFIG")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run wasm-cni")
+}
+
+fn ok(out: ProcOutput) -> String {
+    assert!(
+        out.status.success(),
+        "wasm-cni failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn err(out: ProcOutput) -> String {
+    assert!(!out.status.success(), "wasm-cni succeeded unexpectedly");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn push(ns: &Netns, env: &[(&str, &str)], component: &Path, image: &str) -> ProcOutput {
+    cli(
+        ns,
+        env,
+        &["push", "--plain-http", component.to_str().unwrap(), image],
+    )
+}
+
+fn pull(ns: &Netns, env: &[(&str, &str)], dir: &Path, image: &str) -> ProcOutput {
+    cli(
+        ns,
+        env,
+        &[
+            "pull",
+            "--plain-http",
+            "--timeout",
+            "3",
+            "--image-dir",
+            dir.to_str().unwrap(),
+            image,
+        ],
+    )
+}
+
+/// A network whose chain names its components by image only: pluginDir is
+/// empty.
+fn conf(dir: &TempDir, images: &Path, bridge_like: &str, ipam: &str, subnet: &str) -> Value {
+    std::fs::create_dir_all(dir.join("empty-plugins")).unwrap();
+    json!({
+        "cniVersion": "1.1.0", "name": "imgnet", "type": "wasm-cni",
+        "pluginDir": dir.join("empty-plugins"), "stateDir": dir.join("state"),
+        "cacheDir": dir.join("cache"), "imageDir": images,
+        "chain": [{"type": "ptp", "wasm": {"image": bridge_like},
+                   "ipam": {"type": "host-local", "subnet": subnet,
+                            "wasm": {"image": ipam}}}],
+    })
+}
+
+#[test]
+fn push_pull_by_digest_and_run_a_chain_from_the_images() {
+    if !is_root("push_pull_by_digest_and_run_a_chain_from_the_images") {
+        return;
+    }
+    let pod = Pod::new("img");
+    let reg = Registry::start(&pod.node, None);
+    let addr = &reg.addr;
+    let ptp = ok(push(
+        &pod.node,
+        &[],
+        &plugin("ptp"),
+        &format!("{addr}/cni/ptp:v1"),
+    ));
+    let ipam = ok(push(
+        &pod.node,
+        &[],
+        &plugin("host-local"),
+        &format!("{addr}/cni/host-local:v1"),
+    ));
+    assert!(ptp.starts_with(&format!("{addr}/cni/ptp@sha256:")), "{ptp}");
+    // Pushing the same component again gives the same digest (the blobs are
+    // there already and are not sent twice).
+    let before = reg.requests();
+    assert_eq!(
+        ok(push(
+            &pod.node,
+            &[],
+            &plugin("ptp"),
+            &format!("{addr}/cni/ptp:v1")
+        )),
+        ptp
+    );
+    let log = reg.log();
+    let again: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(" HTTP/1.1\" "))
+        .skip(before)
+        .collect();
+    assert!(
+        again.iter().any(|l| l.contains("HEAD /v2/cni/ptp/blobs/")),
+        "{again:?}"
+    );
+    assert!(
+        !again.iter().any(|l| l.contains("/blobs/uploads/")),
+        "uploaded again: {again:?}"
+    );
+
+    // A clean store: pull one by digest, the other by tag (which prints the
+    // digest the push printed).
+    let dir = TempDir::new("img");
+    let images = dir.join("images");
+    assert_eq!(ok(pull(&pod.node, &[], &images, &ptp)), ptp);
+    let by_tag = pull(
+        &pod.node,
+        &[],
+        &images,
+        &format!("{addr}/cni/host-local:v1"),
+    );
+    assert!(String::from_utf8_lossy(&by_tag.stderr)
+        .contains(&format!("{addr}/cni/host-local:v1 is {ipam}")));
+    assert_eq!(ok(by_tag), ipam);
+    let listed = ok(cli(
+        &pod.node,
+        &[],
+        &["images", "--image-dir", images.to_str().unwrap()],
+    ));
+    assert!(
+        listed.contains(&format!("{ptp}\t"))
+            && listed.contains(&format!("{addr}/cni/host-local:v1\t")),
+        "{listed}"
+    );
+    assert!(images.join("oci-layout").is_file());
+
+    // The registry goes away: the chain runs from the store alone.
+    drop(reg);
+    let conf = conf(&dir, &images, &ptp, &ipam, "10.214.1.0/24");
+    let add = pod.run(Invocation::new("ADD").id("c1").ifname("eth0"), &conf);
+    add.assert_ok();
+    let r = add.json();
+    assert_eq!(r["ips"][0]["address"], "10.214.1.2/24", "{r}");
+    assert!(pod
+        .ctr
+        .exec(&["ip", "-o", "addr", "show", "eth0"])
+        .contains("10.214.1.2/24"));
+    pod.run(Invocation::new("CHECK").id("c1").ifname("eth0"), &{
+        let mut c = conf.clone();
+        c["prevResult"] = r.clone();
+        c
+    })
+    .assert_ok();
+    pod.run(Invocation::new("DEL").id("c1").ifname("eth0"), &conf)
+        .assert_ok();
+    assert!(pod.ctr.link("eth0").is_none());
+}
+
+#[test]
+fn tampered_blobs_and_wrong_digests_are_refused() {
+    if !is_root("tampered_blobs_and_wrong_digests_are_refused") {
+        return;
+    }
+    let pod = Pod::new("imt");
+    let reg = Registry::start(&pod.node, None);
+    let addr = &reg.addr;
+    let tuning = ok(push(
+        &pod.node,
+        &[],
+        &plugin("tuning"),
+        &format!("{addr}/cni/tuning:v1"),
+    ));
+    let manifest_hex = tuning.rsplit(':').next().unwrap().to_string();
+    let dir = TempDir::new("imt");
+    let images = dir.join("images");
+    let stored = |hex: &str| images.join("blobs/sha256").join(hex).exists();
+
+    // A digest the registry has no manifest for.
+    let unknown = format!("{addr}/cni/tuning@sha256:{}", "0".repeat(64));
+    let e = err(pull(&pod.node, &[], &images, &unknown));
+    assert!(e.contains("MANIFEST_UNKNOWN") || e.contains("404"), "{e}");
+
+    // The registry's copy of the component changed: the pull stops at the
+    // layer and stores no manifest.
+    let manifest: Value =
+        serde_json::from_slice(&std::fs::read(reg.blob_data(&manifest_hex)).unwrap()).unwrap();
+    let layer_hex = manifest["layers"][0]["digest"].as_str().unwrap()[7..].to_string();
+    let layer = reg.blob_data(&layer_hex);
+    let original = std::fs::read(&layer).unwrap();
+    let mut tampered = original.clone();
+    let last = tampered.len() - 1;
+    tampered[last] ^= 0xff;
+    std::fs::write(&layer, &tampered).unwrap();
+    let e = err(pull(&pod.node, &[], &images, &tuning));
+    assert!(e.contains("does not match its digest"), "{e}");
+    assert!(
+        !stored(&manifest_hex) && !stored(&layer_hex),
+        "nothing stored"
+    );
+    std::fs::write(&layer, &original).unwrap();
+
+    // The registry's copy of the manifest changed: the bytes no longer have
+    // the digest asked for.
+    let mpath = reg.blob_data(&manifest_hex);
+    let mbytes = std::fs::read(&mpath).unwrap();
+    let mut changed = mbytes.clone();
+    changed.push(b'\n');
+    std::fs::write(&mpath, &changed).unwrap();
+    let e = err(pull(&pod.node, &[], &images, &tuning));
+    assert!(
+        e.contains("as the registry sent it") && e.contains("does not match its digest"),
+        "{e}"
+    );
+    assert!(!stored(&manifest_hex));
+    std::fs::write(&mpath, &mbytes).unwrap();
+
+    // Whole again: the pull succeeds. Then the store's copy of the component
+    // is damaged on disk: ADD refuses to run it (code 7), naming the digest.
+    assert_eq!(ok(pull(&pod.node, &[], &images, &tuning)), tuning);
+    let c = json!({
+        "cniVersion": "1.1.0", "name": "imtnet", "type": "wasm-cni",
+        "pluginDir": dir.join("plugins"), "stateDir": dir.join("state"),
+        "cacheDir": dir.join("cache"), "imageDir": images,
+        "chain": [{"type": "tuning", "wasm": {"image": tuning},
+                   "sysctl": {"net.ipv4.conf.lo.arp_notify": "1"}}],
+        "prevResult": {"cniVersion": "1.1.0", "interfaces": [{"name": "lo", "sandbox": pod.ctr.path()}]},
+    });
+    pod.run(Invocation::new("ADD").id("t1").ifname("lo"), &c)
+        .assert_ok();
+    pod.run(Invocation::new("DEL").id("t1").ifname("lo"), &c)
+        .assert_ok();
+    let stored_layer = images.join("blobs/sha256").join(&layer_hex);
+    std::fs::write(&stored_layer, &tampered).unwrap();
+    let add = pod.run(Invocation::new("ADD").id("t2").ifname("lo"), &c);
+    assert_eq!(add.error_code(), 7, "{}", add.stdout);
+    assert!(
+        add.error_msg().contains("sha256 mismatch") && add.error_msg().contains(&layer_hex),
+        "{}",
+        add.error_msg()
+    );
+    // A pull repairs it: the damaged blob is fetched again.
+    ok(pull(&pod.node, &[], &images, &tuning));
+    assert_eq!(std::fs::read(&stored_layer).unwrap(), original);
+}
+
+#[test]
+fn add_with_an_image_not_pulled_fails_clearly_and_contacts_nothing() {
+    if !is_root("add_with_an_image_not_pulled_fails_clearly_and_contacts_nothing") {
+        return;
+    }
+    let pod = Pod::new("imn");
+    let reg = Registry::start(&pod.node, None);
+    let addr = &reg.addr;
+    let ptp = ok(push(
+        &pod.node,
+        &[],
+        &plugin("ptp"),
+        &format!("{addr}/cni/ptp:v1"),
+    ));
+    let ipam = ok(push(
+        &pod.node,
+        &[],
+        &plugin("host-local"),
+        &format!("{addr}/cni/host-local:v1"),
+    ));
+    let dir = TempDir::new("imn");
+    let images = dir.join("images");
+    // Only the interface plugin is pulled; its IPAM delegate is not.
+    ok(pull(&pod.node, &[], &images, &ptp));
+    let conf = conf(&dir, &images, &ptp, &ipam, "10.214.2.0/24");
+    let before = reg.requests();
+    assert!(before >= 4, "the registry logs requests:\n{}", reg.log());
+    let node_before = pod.node.snapshot();
+    let add = pod.run(Invocation::new("ADD").id("n1").ifname("eth0"), &conf);
+    assert_eq!(add.error_code(), 7, "{}", add.stdout);
+    let msg = add.error_msg();
+    assert!(
+        msg.contains("is not in the image store") && msg.contains(&format!("wasm-cni pull {ipam}")),
+        "{msg}"
+    );
+    assert_eq!(
+        reg.requests(),
+        before,
+        "ADD contacted the registry:\n{}",
+        reg.log()
+    );
+    // Refused before any plugin ran: nothing made in either namespace.
+    assert!(pod.ctr.link("eth0").is_none());
+    assert_eq!(pod.node.snapshot(), node_before);
+
+    // An image named by tag is refused in a chain: a tag can move.
+    let tagged = conf
+        .to_string()
+        .replace(&ipam, &format!("{addr}/cni/host-local:v1"));
+    let add = pod.run(
+        Invocation::new("ADD").id("n2").ifname("eth0"),
+        &serde_json::from_str(&tagged).unwrap(),
+    );
+    assert_eq!(add.error_code(), 7);
+    assert!(
+        add.error_msg().contains("named by tag only"),
+        "{}",
+        add.error_msg()
+    );
+    let bad = conf.to_string().replace(&ipam, "Not A Reference");
+    let add = pod.run(
+        Invocation::new("ADD").id("n3").ifname("eth0"),
+        &serde_json::from_str(&bad).unwrap(),
+    );
+    assert_eq!(add.error_code(), 7);
+    assert!(
+        add.error_msg().contains("invalid image reference"),
+        "{}",
+        add.error_msg()
+    );
+    assert_eq!(reg.requests(), before);
+
+    // Pulled, the same ADD works.
+    ok(pull(&pod.node, &[], &images, &ipam));
+    pod.run(Invocation::new("ADD").id("n1").ifname("eth0"), &conf)
+        .assert_ok();
+    pod.run(Invocation::new("DEL").id("n1").ifname("eth0"), &conf)
+        .assert_ok();
+}
+
+#[test]
+fn credentials_come_from_podman_and_docker_auth_files() {
+    if !is_root("credentials_come_from_podman_and_docker_auth_files") {
+        return;
+    }
+    let node = Netns::new("ima");
+    let reg = Registry::start(&node, Some(("alice", "s3cr:et")));
+    let addr = reg.addr.clone();
+    let dir = TempDir::new("ima");
+    let images = dir.join("images");
+    let image = format!("{addr}/team/tuning:v1");
+
+    let e = err(push(&node, &[], &plugin("tuning"), &image));
+    assert!(
+        e.contains("unauthorized") && e.contains("podman login"),
+        "{e}"
+    );
+
+    // podman's auth.json via REGISTRY_AUTH_FILE, with a repository-scoped
+    // entry beside a wrong host-wide one: the most specific wins.
+    let b64 = |s: &str| {
+        let out = Command::new("base64")
+            .arg("-w0")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        out.stdin.as_ref().unwrap().write_all(s.as_bytes()).unwrap();
+        String::from_utf8(out.wait_with_output().unwrap().stdout).unwrap()
+    };
+    let podman = dir.join("auth.json");
+    std::fs::write(
+        &podman,
+        json!({"auths": {
+            addr.clone(): {"auth": b64("alice:wrong")},
+            format!("{addr}/team"): {"auth": b64("alice:s3cr:et")},
+        }})
+        .to_string(),
+    )
+    .unwrap();
+    let podman_env = [("REGISTRY_AUTH_FILE", podman.to_str().unwrap())];
+    let pinned = ok(push(&node, &podman_env, &plugin("tuning"), &image));
+    assert_eq!(ok(pull(&node, &podman_env, &images, &image)), pinned);
+
+    // docker's config.json under DOCKER_CONFIG, legacy https:// key.
+    let docker = dir.join("docker");
+    std::fs::create_dir_all(&docker).unwrap();
+    std::fs::write(
+        docker.join("config.json"),
+        json!({"auths": {format!("https://{addr}/v1/"): {"auth": b64("alice:s3cr:et")}}})
+            .to_string(),
+    )
+    .unwrap();
+    let docker_env = [
+        ("DOCKER_CONFIG", docker.to_str().unwrap()),
+        ("HOME", "/nonexistent"),
+    ];
+    assert_eq!(
+        ok(pull(&node, &docker_env, &dir.join("images2"), &pinned)),
+        pinned
+    );
+
+    // A wrong password is refused, naming the file it came from.
+    std::fs::write(
+        &podman,
+        json!({"auths": {addr.clone(): {"auth": b64("alice:nope")}}}).to_string(),
+    )
+    .unwrap();
+    let e = err(pull(&node, &podman_env, &dir.join("images3"), &pinned));
+    assert!(
+        e.contains("refused") && e.contains(podman.to_str().unwrap()),
+        "{e}"
+    );
+}
+
+/// The lying registry (tests/fixtures/hostile-registry.py) in `ns`.
+struct Liar(std::process::Child);
+
+impl Liar {
+    fn start(ns: &Netns) -> Liar {
+        let child = Command::new("ip")
+            .args(["netns", "exec", &ns.name, "python3"])
+            .arg(workspace_root().join("tests/fixtures/hostile-registry.py"))
+            .arg("5001")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3");
+        let started = Instant::now();
+        while !ns.try_exec(&["bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/5001"]) {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "the lying registry did not start"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Liar(child)
+    }
+}
+
+impl Drop for Liar {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_lying_registry_gets_clean_errors_within_the_timeout_and_stores_nothing() {
+    if !is_root("a_lying_registry_gets_clean_errors_within_the_timeout_and_stores_nothing") {
+        return;
+    }
+    let node = Netns::new("iml");
+    let _liar = Liar::start(&node);
+    let dir = TempDir::new("iml");
+    let images = dir.join("images");
+    for (repo, why) in [
+        ("huge", "over the limit"),
+        ("endless", "over the limit"),
+        ("slow", "no complete reply within 3000 ms"),
+        ("index", "image index"),
+        ("loop", "too many redirects"),
+        ("notjson", "not JSON"),
+        ("liar", "its descriptor says"),
+        ("wrongdigest", "the registry says its digest is"),
+        ("core", "core module"),
+        ("missing", "NAME_UNKNOWN"),
+    ] {
+        let started = Instant::now();
+        let e = err(pull(
+            &node,
+            &[],
+            &images,
+            &format!("127.0.0.1:5001/{repo}/x:1"),
+        ));
+        assert!(e.contains(why), "{repo}: {e}");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{repo} took {:?}",
+            started.elapsed()
+        );
+        assert!(!e.contains("panicked"), "{repo}: {e}");
+        let blobs = images.join("blobs/sha256");
+        let kept: Vec<_> = std::fs::read_dir(&blobs)
+            .map(|d| d.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        // The config of a lying artifact may be fetched, but never stored
+        // before the whole artifact checked out.
+        assert!(kept.is_empty(), "{repo}: stored {kept:?}");
+    }
+}
