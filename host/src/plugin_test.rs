@@ -762,3 +762,28 @@ pub fn render(verdicts: &[Verdict], as_json: bool) -> String {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fuzzer's finding: a cniVersion that spells the restage property's
+    /// message is a refused input, not a broken property.
+    #[test]
+    fn refusals_that_echo_the_property_are_refusals() {
+        let runtime = Arc::new(Runtime::new(std::path::Path::new("/tmp"), None).unwrap());
+        let opts = Options {
+            plugin: "/tmp/fuzzed.wasm".into(),
+            config: json!({"cniVersion": "0.3.1", "name": "t", "type": "tuning"}),
+            args: Vec::new(),
+            capability_args: None,
+            prev_result: None,
+            cni_version: Some("staging the prevResult again differs".into()),
+            faults: false,
+        };
+        match prepare(&opts, runtime) {
+            Err(Unprepared::Refused(why)) => assert!(why.contains("incompatible CNI versions")),
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use wasm_cni_tests::{
-    is_root, plugin, wasm_cni_bin, workspace_root, Invocation, Netns, Pod, Registry, TempDir,
+    is_root, plugin, wasm_cni_bin, workspace_root, Daemon, Invocation, Netns, Pod, Registry,
+    TempDir,
 };
 
 /// `wasm-cni ARGS` inside `ns` with extra environment.
@@ -172,6 +173,17 @@ fn push_pull_by_digest_and_run_a_chain_from_the_images() {
     pod.run(Invocation::new("DEL").id("c1").ifname("eth0"), &conf)
         .assert_ok();
     assert!(pod.ctr.link("eth0").is_none());
+
+    // A daemon serves the same network from the same store.
+    let daemon = Daemon::start(&pod.node.name, &[]);
+    let via = daemon.conf(&conf, "require");
+    let add = pod.run(Invocation::new("ADD").id("c2").ifname("eth0"), &via);
+    add.assert_ok();
+    // .2 is in its reuseIPWait quarantine since c1's DEL.
+    assert_eq!(add.json()["ips"][0]["address"], "10.214.1.3/24");
+    pod.run(Invocation::new("DEL").id("c2").ifname("eth0"), &via)
+        .assert_ok();
+    assert!(daemon.log().contains("c2"), "{}", daemon.log());
 }
 
 #[test]

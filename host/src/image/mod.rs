@@ -196,6 +196,10 @@ impl FromStr for ImageRef {
             }
         }
         let (registry, repository) = match name.split_once('/') {
+            // docker.io/busybox is docker.io/library/busybox.
+            Some(("docker.io", path)) if !path.contains('/') => {
+                ("docker.io".to_string(), format!("library/{path}"))
+            }
             Some((first, path)) if first.contains(['.', ':']) || first == "localhost" => {
                 (first.to_string(), path.to_string())
             }

@@ -346,6 +346,11 @@ pub fn parse_challenge(h: &str) -> Result<Challenge, String> {
             }
             value = value.trim().to_string();
         }
+        // RFC 7235: a parameter occurs once per challenge; two realms
+        // would leave which one we ask ambiguous.
+        if params.iter().any(|(k, _)| *k == key) {
+            return Err(format!("malformed challenge {h:?}: {key} given twice"));
+        }
         params.push((key, value));
     }
     let Some(i) = params.iter().position(|(k, _)| k == "realm") else {
@@ -852,6 +857,12 @@ mod tests {
             .unwrap_err()
             .contains("unterminated"));
         assert!(parse_challenge("Negotiate abc").is_err());
+        // The fuzzer's finding: a second realm is refused, not half-used.
+        assert!(
+            parse_challenge(r#"Bearer realm="https://a/t",realm="https://b/t""#)
+                .unwrap_err()
+                .contains("realm given twice")
+        );
         assert_eq!(encode("repository:a/b:pull"), "repository%3Aa%2Fb%3Apull");
     }
 

@@ -31,6 +31,8 @@ fn references_parse_as_docker_reads_them() {
     );
     assert_eq!(hub.api_host(), "registry-1.docker.io");
     assert_eq!(hub.manifest_reference(), "latest");
+    let explicit: ImageRef = "docker.io/busybox:1".parse().unwrap();
+    assert_eq!(explicit.repository, "library/busybox");
     let local: ImageRef = "localhost/x:t".parse().unwrap();
     assert_eq!(local.registry, "localhost");
     let v6: ImageRef = "[::1]:5000/a/b:c".parse().unwrap();

@@ -253,6 +253,7 @@ const FUZZ_TARGETS: &[&str] = &[
     "daemon_request",
     "plugin_test_inputs",
     "etcd_replies",
+    "oci_replies",
 ];
 /// Per target, so that all of them together stay within about two minutes.
 pub const FUZZ_SECONDS: u64 = 25;
