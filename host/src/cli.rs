@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 use crate::cni::config::DEFAULT_IMAGE_DIR;
 use crate::cni::config::DEFAULT_STATE_DIR;
 use crate::edge::DEFAULT_CACHE_DIR;
-use crate::image::{registry, ImageError, ImageRef, ImageStore};
+use crate::image::{registry, Digest, ImageError, ImageRef, ImageStore};
 use crate::sandbox::{sha256_hex, Runtime};
 use crate::store::{admin, DiskStore, EtcdConfig, EtcdStore, StateStore};
 
@@ -91,11 +91,9 @@ enum Cmd {
     /// imports and exports in the config, one application/wasm layer) under
     /// REPOSITORY:TAG; prints REPOSITORY@sha256:….
     Push(PushArgs),
-    /// List the images in the image store.
-    Images {
-        #[arg(long, default_value = DEFAULT_IMAGE_DIR)]
-        image_dir: PathBuf,
-    },
+    /// The image store.
+    #[command(subcommand)]
+    Images(ImagesCmd),
     /// Tools for plugin authors.
     #[cfg(feature = "fake")]
     #[command(subcommand)]
@@ -143,6 +141,24 @@ struct PluginTestArgs {
     faults: bool,
 }
 
+#[derive(Subcommand)]
+enum ImagesCmd {
+    /// List the images: name, manifest digest, component.
+    Ls {
+        #[arg(long, default_value = DEFAULT_IMAGE_DIR)]
+        image_dir: PathBuf,
+    },
+    /// Forget images (by name as listed, REPO@sha256:… or manifest digest)
+    /// and delete the blobs no remaining image needs. A network that names
+    /// a removed image fails its next call until it is pulled again.
+    Rm {
+        #[arg(required = true)]
+        images: Vec<String>,
+        #[arg(long, default_value = DEFAULT_IMAGE_DIR)]
+        image_dir: PathBuf,
+    },
+}
+
 #[derive(clap::Args)]
 struct RegistryArgs {
     /// Talk plain HTTP to the registry (one on loopback); HTTPS otherwise.
@@ -177,6 +193,10 @@ struct PullArgs {
     image: String,
     #[arg(long, default_value = DEFAULT_IMAGE_DIR)]
     image_dir: PathBuf,
+    /// The artifact cache the component is compiled into (the networks'
+    /// `cacheDir`), so that the first ADD finds it compiled.
+    #[arg(long, default_value = DEFAULT_CACHE_DIR)]
+    cache_dir: PathBuf,
     #[command(flatten)]
     registry: RegistryArgs,
 }
@@ -322,7 +342,8 @@ pub fn main() -> i32 {
         Cmd::Daemon(d) => daemon(d),
         Cmd::Pull(p) => pull(&p),
         Cmd::Push(p) => push(&p),
-        Cmd::Images { image_dir } => images(&image_dir),
+        Cmd::Images(ImagesCmd::Ls { image_dir }) => images(&image_dir),
+        Cmd::Images(ImagesCmd::Rm { images, image_dir }) => remove_images(&image_dir, &images),
         #[cfg(feature = "fake")]
         Cmd::Plugin(PluginCmd::Test(t)) => plugin_test(t),
     };
@@ -422,7 +443,29 @@ fn attach(command: &str, a: AttachArgs) -> Result<i32, String> {
 fn pull(p: &PullArgs) -> Result<i32, String> {
     let image: ImageRef = p.image.parse().map_err(|e: ImageError| e.to_string())?;
     let store = ImageStore::new(&p.image_dir);
-    let pulled = registry::pull(&store, &image, &p.registry.options())?;
+    let runtime =
+        Runtime::new(&p.image_dir, Some(p.cache_dir.clone())).map_err(|e| e.to_string())?;
+    let name = image
+        .repository
+        .rsplit('/')
+        .next()
+        .unwrap_or("image")
+        .to_string();
+    // Compiled and linked against this host's imports before it counts as
+    // pulled: a component this wasm-cni cannot run is refused now.
+    let compile = |path: &Path, digest: &Digest| {
+        let started = std::time::Instant::now();
+        runtime
+            .load_image(&name, path.to_path_buf(), digest.hex())
+            .map_err(|e| e.to_string())?;
+        eprintln!(
+            "compiled into {} in {} ms",
+            p.cache_dir.display(),
+            started.elapsed().as_millis()
+        );
+        Ok(())
+    };
+    let pulled = registry::pull(&store, &image, &p.registry.options(), &compile)?;
     let pinned = pulled.pinned.by_digest().unwrap_or_default();
     if image.digest.is_none() {
         eprintln!("{image} is {pinned}");
@@ -476,6 +519,25 @@ fn images(dir: &Path) -> Result<i32, String> {
         println!("{}\t{}\t{component}", listed.name, listed.manifest);
     }
     Ok(0)
+}
+
+fn remove_images(dir: &Path, images: &[String]) -> Result<i32, String> {
+    let store = ImageStore::new(dir);
+    let mut missing = 0;
+    for what in images {
+        let (gone, freed) = store.remove(what).map_err(|e| e.to_string())?;
+        if gone.is_empty() {
+            eprintln!("wasm-cni: no image {what:?} in {}", dir.display());
+            missing += 1;
+        }
+        for listed in gone {
+            println!("removed {}\t{}", listed.name, listed.manifest);
+        }
+        if freed > 0 {
+            eprintln!("freed {freed} bytes");
+        }
+    }
+    Ok(if missing == 0 { 0 } else { 1 })
 }
 
 fn daemon(d: DaemonArgs) -> Result<i32, String> {

@@ -49,7 +49,10 @@ fn push(ns: &Netns, env: &[(&str, &str)], component: &Path, image: &str) -> Proc
     )
 }
 
+/// Pull into the image store `dir`, compiling into the `cache` beside it
+/// (the networks' cacheDir in these tests).
 fn pull(ns: &Netns, env: &[(&str, &str)], dir: &Path, image: &str) -> ProcOutput {
+    let cache = dir.with_file_name("cache");
     cli(
         ns,
         env,
@@ -60,6 +63,8 @@ fn pull(ns: &Netns, env: &[(&str, &str)], dir: &Path, image: &str) -> ProcOutput
             "3",
             "--image-dir",
             dir.to_str().unwrap(),
+            "--cache-dir",
+            cache.to_str().unwrap(),
             image,
         ],
     )
@@ -144,7 +149,7 @@ fn push_pull_by_digest_and_run_a_chain_from_the_images() {
     let listed = ok(cli(
         &pod.node,
         &[],
-        &["images", "--image-dir", images.to_str().unwrap()],
+        &["images", "ls", "--image-dir", images.to_str().unwrap()],
     ));
     assert!(
         listed.contains(&format!("{ptp}\t"))
@@ -152,6 +157,32 @@ fn push_pull_by_digest_and_run_a_chain_from_the_images() {
         "{listed}"
     );
     assert!(images.join("oci-layout").is_file());
+    // Compiled at pull: the first ADD finds the artifacts.
+    let artifacts = std::fs::read_dir(dir.join("cache"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".cwasm"))
+        .count();
+    assert_eq!(artifacts, 2);
+
+    // A component this host cannot run (no plugin export, an import the
+    // host does not provide) is refused at pull, and not recorded as pulled.
+    let alien = dir.join("alien.wasm");
+    std::fs::write(
+        &alien,
+        wat::parse_str(r#"(component (import "evil:world/x@1.0.0" (instance)))"#).unwrap(),
+    )
+    .unwrap();
+    let alien_ref = ok(push(
+        &pod.node,
+        &[],
+        &alien,
+        &format!("{addr}/cni/alien:v1"),
+    ));
+    let e = err(pull(&pod.node, &[], &images, &alien_ref));
+    assert!(e.contains("not a usable component"), "{e}");
+    let hex = alien_ref.rsplit(':').next().unwrap();
+    assert!(!images.join("blobs/sha256").join(hex).exists());
 
     // The registry goes away: the chain runs from the store alone.
     drop(reg);
@@ -184,6 +215,50 @@ fn push_pull_by_digest_and_run_a_chain_from_the_images() {
     pod.run(Invocation::new("DEL").id("c2").ifname("eth0"), &via)
         .assert_ok();
     assert!(daemon.log().contains("c2"), "{}", daemon.log());
+    drop(daemon);
+
+    // Removing an image deletes its blobs (and only its): the network's next
+    // ADD says to pull it again.
+    let rm = cli(
+        &pod.node,
+        &[],
+        &[
+            "images",
+            "rm",
+            "--image-dir",
+            images.to_str().unwrap(),
+            &ptp,
+        ],
+    );
+    assert!(ok(rm).starts_with("removed "));
+    let ls = ok(cli(
+        &pod.node,
+        &[],
+        &["images", "ls", "--image-dir", images.to_str().unwrap()],
+    ));
+    assert!(
+        !ls.contains("/cni/ptp") && ls.contains("/cni/host-local:v1"),
+        "{ls}"
+    );
+    let add = pod.run(Invocation::new("ADD").id("c3").ifname("eth0"), &conf);
+    assert_eq!(add.error_code(), 7);
+    assert!(
+        add.error_msg().contains(&format!("wasm-cni pull {ptp}")),
+        "{}",
+        add.error_msg()
+    );
+    let e = err(cli(
+        &pod.node,
+        &[],
+        &[
+            "images",
+            "rm",
+            "--image-dir",
+            images.to_str().unwrap(),
+            &ptp,
+        ],
+    ));
+    assert!(e.contains("no image"), "{e}");
 }
 
 #[test]

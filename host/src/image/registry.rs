@@ -67,7 +67,16 @@ pub struct Pulled {
 /// Error bodies and token replies are small; more is not read.
 const SMALL_REPLY: u64 = 1 << 20;
 
-pub fn pull(store: &ImageStore, image: &ImageRef, opts: &Options) -> Result<Pulled, String> {
+/// `check` is shown the stored component (its blob and digest) before the
+/// manifest is stored: `wasm-cni pull` compiles it there, so that a
+/// component this host cannot run is refused at pull, not at ADD, and the
+/// first ADD finds it compiled.
+pub fn pull(
+    store: &ImageStore,
+    image: &ImageRef,
+    opts: &Options,
+    check: &dyn Fn(&Path, &Digest) -> Result<(), String>,
+) -> Result<Pulled, String> {
     runtime()?.block_on(async {
         let mut s = Session::new(image, opts)?;
         let what = format!("manifest of {image}");
@@ -108,21 +117,33 @@ pub fn pull(store: &ImageStore, image: &ImageRef, opts: &Options) -> Result<Pull
         let config = s.blob(&manifest.config, "artifact config").await?;
         let summary = parse_config(&config, &manifest).map_err(|e| format!("{image}: {e}"))?;
         let fetched_component = !store.has_blob(&manifest.layer);
-        if fetched_component {
+        let component = if fetched_component {
             let component = s.blob(&manifest.layer, "component").await?;
             component_interface(&component).map_err(|e| format!("{image}: {e}"))?;
-            store
-                .put_blob(&manifest.layer.digest, &component)
-                .map_err(|e| e.to_string())?;
+            Some(component)
+        } else {
+            None
+        };
+        // Everything fetched and verified: write under the store's lock.
+        let mut refused = None;
+        store
+            .locked(|| {
+                if let Some(component) = &component {
+                    store.put_blob(&manifest.layer.digest, component)?;
+                }
+                if let Err(e) = check(&store.blob_path(&manifest.layer.digest), &manifest.layer.digest) {
+                    refused = Some(format!("{image}: {e}"));
+                    return Ok(());
+                }
+                store.put_blob(&manifest.config.digest, &config)?;
+                // The manifest last: once it is there, so is all it names.
+                store.put_blob(&digest, &reply.body)?;
+                store.record(&image.to_string(), &digest, reply.body.len() as u64)
+            })
+            .map_err(|e| e.to_string())?;
+        if let Some(why) = refused {
+            return Err(why);
         }
-        store
-            .put_blob(&manifest.config.digest, &config)
-            .map_err(|e| e.to_string())?;
-        // The manifest last: once it is there, so is all it names.
-        store.put_blob(&digest, &reply.body).map_err(|e| e.to_string())?;
-        store
-            .record(&image.to_string(), &digest, reply.body.len() as u64)
-            .map_err(|e| e.to_string())?;
         Ok(Pulled {
             pinned: image.pinned(digest),
             manifest,

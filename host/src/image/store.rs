@@ -158,9 +158,9 @@ impl ImageStore {
         Ok(())
     }
 
-    /// Name a stored manifest in index.json (an entry of the same name is
-    /// replaced: a tag pulled again may point elsewhere now).
-    pub fn record(&self, name: &str, manifest: &Digest, size: u64) -> Result<(), ImageError> {
+    /// Run `f` holding the store's lock: a pull's writes (blobs, then
+    /// manifest, then index) and a removal's sweep never interleave.
+    pub fn locked<T>(&self, f: impl FnOnce() -> Result<T, ImageError>) -> Result<T, ImageError> {
         self.init()?;
         let lock_path = self.dir.join(".lock");
         let lock = fs::OpenOptions::new()
@@ -170,22 +170,74 @@ impl ImageStore {
             .open(&lock_path)
             .map_err(|e| io_err(&lock_path, e))?;
         lock_exclusive(&lock, None).map_err(|e| io_err(&lock_path, e))?;
-        let mut entries: Vec<Value> = self
+        f()
+    }
+
+    /// Name a stored manifest in index.json (an entry of the same name is
+    /// replaced: a tag pulled again may point elsewhere now). Under
+    /// [`Self::locked`].
+    pub fn record(&self, name: &str, manifest: &Digest, size: u64) -> Result<(), ImageError> {
+        let mut entries: Vec<Listed> = self
             .index()?
             .into_iter()
             .filter(|e| e.name != name)
-            .map(|e| entry_json(&e))
             .collect();
-        entries.push(entry_json(&Listed {
+        entries.push(Listed {
             name: name.to_string(),
             manifest: manifest.clone(),
             size,
-        }));
+        });
+        self.write_index(&entries)
+    }
+
+    fn write_index(&self, entries: &[Listed]) -> Result<(), ImageError> {
+        let entries: Vec<Value> = entries.iter().map(entry_json).collect();
         let index = json!({"schemaVersion": 2, "manifests": entries});
         let path = self.dir.join("index.json");
         let bytes = serde_json::to_vec_pretty(&index)
             .map_err(|e| ImageError::Io(format!("index.json: {e}")))?;
         write_atomic(&path, &bytes).map_err(|e| io_err(&path, e))
+    }
+
+    /// Forget the images named `what` (a name as listed, `REPO@sha256:…`, or
+    /// a manifest digest) and delete every blob no remaining image needs.
+    /// What was removed, and the bytes freed.
+    pub fn remove(&self, what: &str) -> Result<(Vec<Listed>, u64), ImageError> {
+        self.locked(|| {
+            let (gone, kept): (Vec<Listed>, Vec<Listed>) =
+                self.index()?.into_iter().partition(|e| {
+                    let digest = e.manifest.to_string();
+                    e.name == what || digest == what || what.ends_with(&format!("@{digest}"))
+                });
+            if gone.is_empty() {
+                return Ok((gone, 0));
+            }
+            self.write_index(&kept)?;
+            let mut needed = std::collections::HashSet::new();
+            for e in &kept {
+                needed.insert(e.manifest.hex().to_string());
+                // A damaged manifest keeps only itself: its blobs are unknown.
+                if let Ok(Some(m)) = self.manifest(&e.manifest) {
+                    needed.insert(m.config.digest.hex().to_string());
+                    needed.insert(m.layer.digest.hex().to_string());
+                }
+            }
+            let blobs = self.dir.join("blobs/sha256");
+            let mut freed = 0;
+            for entry in fs::read_dir(&blobs)
+                .map_err(|e| io_err(&blobs, e))?
+                .flatten()
+            {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                // Temporary files of a write in progress start with a dot.
+                if name.starts_with('.') || needed.contains(&name) {
+                    continue;
+                }
+                freed += entry.metadata().map_or(0, |m| m.len());
+                fs::remove_file(entry.path()).map_err(|e| io_err(&entry.path(), e))?;
+            }
+            Ok((gone, freed))
+        })
     }
 
     /// What index.json names, in its order. Entries this host did not

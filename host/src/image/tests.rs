@@ -234,13 +234,17 @@ mod store {
 
     /// Put an artifact in a store as pull does; its pinned reference.
     fn stage(store: &ImageStore, component: &[u8]) -> (ImageRef, Artifact) {
+        stage_as(store, component, "reg.io/p/bridge:1")
+    }
+
+    fn stage_as(store: &ImageStore, component: &[u8], name: &str) -> (ImageRef, Artifact) {
         let a = build_artifact(component, SystemTime::UNIX_EPOCH).unwrap();
         store.put_blob(&a.layer.digest, component).unwrap();
         store
             .put_blob(&a.config_descriptor.digest, &a.config)
             .unwrap();
         store.put_blob(&a.manifest_digest(), &a.manifest).unwrap();
-        let r: ImageRef = "reg.io/p/bridge:1".parse().unwrap();
+        let r: ImageRef = name.parse().unwrap();
         let pinned = r.pinned(a.manifest_digest());
         store
             .record(
@@ -317,6 +321,36 @@ mod store {
         // put_blob refuses content under another digest.
         assert!(store.put_blob(&a.layer.digest, b"other").is_err());
         assert!(!store.has_blob(&a.layer));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn removing_an_image_deletes_only_the_blobs_no_other_image_needs() {
+        let dir = tmp("remove");
+        let store = ImageStore::new(&dir);
+        let (a, aa) = stage_as(&store, EMPTY_COMPONENT, "reg.io/p/a:1");
+        let (b, ab) = stage_as(&store, &wat_component(), "reg.io/p/b:1");
+        // The same component under a second name shares its blobs.
+        stage_as(&store, EMPTY_COMPONENT, "reg.io/p/a-too:1");
+        let (none, freed) = store.remove("reg.io/p/nothing:1").unwrap();
+        assert!(none.is_empty() && freed == 0);
+        let (gone, freed) = store.remove(&a.by_digest().unwrap()).unwrap();
+        assert_eq!(gone.len(), 2, "both names of that manifest");
+        assert!(freed > 0);
+        assert!(!store.blob_path(&aa.layer.digest).exists());
+        assert!(matches!(
+            store.resolve(&a),
+            Err(ImageError::NotPulled { .. })
+        ));
+        assert!(store.resolve(&b).is_ok());
+        assert!(store.blob_path(&ab.config_descriptor.digest).exists());
+        assert_eq!(store.index().unwrap().len(), 1);
+        let (gone, _) = store.remove("reg.io/p/b:1").unwrap();
+        assert_eq!(gone.len(), 1);
+        assert_eq!(
+            std::fs::read_dir(dir.join("blobs/sha256")).unwrap().count(),
+            0
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
