@@ -801,6 +801,21 @@ pub struct Registry {
 
 impl Registry {
     pub fn start(ns: &Netns, user: Option<(&str, &str)>) -> Self {
+        Self::start_with(ns, user, false)
+    }
+
+    /// Over TLS with a certificate for 127.0.0.1 from a CA made for the
+    /// test: [`Registry::ca`] is the file to trust.
+    pub fn start_tls(ns: &Netns) -> Self {
+        Self::start_with(ns, None, true)
+    }
+
+    /// The CA certificate of a TLS registry.
+    pub fn ca(&self) -> PathBuf {
+        self.dir.join("ca.pem")
+    }
+
+    fn start_with(ns: &Netns, user: Option<(&str, &str)>, tls: bool) -> Self {
         let dir = TempDir::new("registry");
         let addr = "127.0.0.1:5000".to_string();
         let mut config = format!(
@@ -809,6 +824,24 @@ impl Registry {
              http:\n  addr: {addr}\n",
             dir.join("data").display()
         );
+        if tls {
+            let d = dir.path().display().to_string();
+            std::fs::write(
+                dir.join("server.ext"),
+                "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+            )
+            .expect("server.ext");
+            for cmd in [
+                format!("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=wasm-cni-test-ca -keyout {d}/ca.key -out {d}/ca.pem"),
+                format!("openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout {d}/server.key -out {d}/server.csr"),
+                format!("openssl x509 -req -in {d}/server.csr -CA {d}/ca.pem -CAkey {d}/ca.key -CAcreateserial -days 1 -extfile {d}/server.ext -out {d}/server.pem"),
+            ] {
+                let args: Vec<&str> = cmd.split(' ').collect();
+                sh(&args);
+            }
+            config +=
+                &format!("  tls:\n    certificate: {d}/server.pem\n    key: {d}/server.key\n");
+        }
         if let Some((u, p)) = user {
             let line = sh(&["htpasswd", "-Bbn", u, p]);
             std::fs::write(dir.join("htpasswd"), line.trim()).expect("htpasswd file");

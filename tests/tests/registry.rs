@@ -581,3 +581,62 @@ fn a_lying_registry_gets_clean_errors_within_the_timeout_and_stores_nothing() {
         assert!(kept.is_empty(), "{repo}: stored {kept:?}");
     }
 }
+
+#[test]
+fn over_tls_only_the_given_ca_is_trusted() {
+    if !is_root("over_tls_only_the_given_ca_is_trusted") {
+        return;
+    }
+    let node = Netns::new("imtls");
+    let reg = Registry::start_tls(&node);
+    let ca = reg.ca();
+    let ca = ca.to_str().unwrap();
+    let dir = TempDir::new("imtls");
+    let images = dir.join("images");
+    let image = format!("{}/cni/tuning:v1", reg.addr);
+    let component = plugin("tuning");
+    let component = component.to_str().unwrap();
+    // The system's roots do not know the test's CA: refused, nothing sent.
+    let e = err(cli(&node, &[], &["push", component, &image]));
+    assert!(
+        e.contains("TLS") && e.to_lowercase().contains("certificate"),
+        "{e}"
+    );
+    let pinned = ok(cli(
+        &node,
+        &[],
+        &["push", "--ca-file", ca, component, &image],
+    ));
+    let images_arg = images.to_str().unwrap();
+    let cache = dir.join("cache");
+    let pulled = ok(cli(
+        &node,
+        &[],
+        &[
+            "pull",
+            "--ca-file",
+            ca,
+            "--image-dir",
+            images_arg,
+            "--cache-dir",
+            cache.to_str().unwrap(),
+            &pinned,
+        ],
+    ));
+    assert_eq!(pulled, pinned);
+    // Plain HTTP to a TLS port is a clean error too.
+    let e = err(cli(
+        &node,
+        &[],
+        &[
+            "pull",
+            "--plain-http",
+            "--timeout",
+            "3",
+            "--image-dir",
+            images_arg,
+            &pinned,
+        ],
+    ));
+    assert!(!e.contains("panicked"), "{e}");
+}
