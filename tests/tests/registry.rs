@@ -84,6 +84,20 @@ fn conf(dir: &TempDir, images: &Path, bridge_like: &str, ipam: &str, subnet: &st
     })
 }
 
+/// Push the ptp and host-local components as `ADDR/cni/NAME:v1`; their
+/// references by digest.
+fn push_ptp_and_host_local(ns: &Netns, addr: &str) -> (String, String) {
+    let push_one = |name: &str| {
+        ok(push(
+            ns,
+            &[],
+            &plugin(name),
+            &format!("{addr}/cni/{name}:v1"),
+        ))
+    };
+    (push_one("ptp"), push_one("host-local"))
+}
+
 #[test]
 fn push_pull_by_digest_and_run_a_chain_from_the_images() {
     if !is_root("push_pull_by_digest_and_run_a_chain_from_the_images") {
@@ -92,18 +106,7 @@ fn push_pull_by_digest_and_run_a_chain_from_the_images() {
     let pod = Pod::new("img");
     let reg = Registry::start(&pod.node, None);
     let addr = &reg.addr;
-    let ptp = ok(push(
-        &pod.node,
-        &[],
-        &plugin("ptp"),
-        &format!("{addr}/cni/ptp:v1"),
-    ));
-    let ipam = ok(push(
-        &pod.node,
-        &[],
-        &plugin("host-local"),
-        &format!("{addr}/cni/host-local:v1"),
-    ));
+    let (ptp, ipam) = push_ptp_and_host_local(&pod.node, addr);
     assert!(ptp.starts_with(&format!("{addr}/cni/ptp@sha256:")), "{ptp}");
     // Pushing the same component again gives the same digest (the blobs are
     // there already and are not sent twice).
@@ -356,18 +359,7 @@ fn add_with_an_image_not_pulled_fails_clearly_and_contacts_nothing() {
     let pod = Pod::new("imn");
     let reg = Registry::start(&pod.node, None);
     let addr = &reg.addr;
-    let ptp = ok(push(
-        &pod.node,
-        &[],
-        &plugin("ptp"),
-        &format!("{addr}/cni/ptp:v1"),
-    ));
-    let ipam = ok(push(
-        &pod.node,
-        &[],
-        &plugin("host-local"),
-        &format!("{addr}/cni/host-local:v1"),
-    ));
+    let (ptp, ipam) = push_ptp_and_host_local(&pod.node, addr);
     let dir = TempDir::new("imn");
     let images = dir.join("images");
     // Only the interface plugin is pulled; its IPAM delegate is not.
