@@ -335,6 +335,24 @@ fn tampered_blobs_and_wrong_digests_are_refused() {
     });
     pod.run(Invocation::new("ADD").id("t1").ifname("lo"), &c)
         .assert_ok();
+    // A sha256 pin beside the image must name the image's component.
+    let mut pinned_wrong = c.clone();
+    pinned_wrong["chain"][0]["wasm"]["sha256"] = json!("0".repeat(64));
+    let add = pod.run(Invocation::new("ADD").id("t0").ifname("lo"), &pinned_wrong);
+    assert_eq!(add.error_code(), 7, "{}", add.stdout);
+    assert!(
+        add.error_msg().contains("sha256 mismatch"),
+        "{}",
+        add.error_msg()
+    );
+    let mut pinned_right = c.clone();
+    pinned_right["chain"][0]["wasm"]["sha256"] = json!(layer_hex.to_uppercase());
+    pod.run(Invocation::new("CHECK").id("t1").ifname("lo"), &{
+        let mut p = pinned_right;
+        p["prevResult"] = c["prevResult"].clone();
+        p
+    })
+    .assert_ok();
     pod.run(Invocation::new("DEL").id("t1").ifname("lo"), &c)
         .assert_ok();
     let stored_layer = images.join("blobs/sha256").join(&layer_hex);
