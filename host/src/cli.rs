@@ -190,13 +190,20 @@ impl RegistryArgs {
 #[derive(clap::Args)]
 struct PullArgs {
     /// REGISTRY/REPOSITORY:TAG or REGISTRY/REPOSITORY@sha256:DIGEST.
-    image: String,
-    #[arg(long, default_value = DEFAULT_IMAGE_DIR)]
-    image_dir: PathBuf,
+    #[arg(required_unless_present = "conf", conflicts_with = "conf")]
+    image: Option<String>,
+    /// Instead: every image this network config (conflist or wasm-cni
+    /// config) names, into its imageDir and cacheDir unless given here.
+    #[arg(long, value_name = "FILE")]
+    conf: Option<PathBuf>,
+    /// [default: /var/lib/wasm-cni/images]
+    #[arg(long)]
+    image_dir: Option<PathBuf>,
     /// The artifact cache the component is compiled into (the networks'
     /// `cacheDir`), so that the first ADD finds it compiled.
-    #[arg(long, default_value = DEFAULT_CACHE_DIR)]
-    cache_dir: PathBuf,
+    /// [default: /var/cache/wasm-cni]
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
     #[command(flatten)]
     registry: RegistryArgs,
 }
@@ -441,10 +448,59 @@ fn attach(command: &str, a: AttachArgs) -> Result<i32, String> {
 }
 
 fn pull(p: &PullArgs) -> Result<i32, String> {
-    let image: ImageRef = p.image.parse().map_err(|e: ImageError| e.to_string())?;
-    let store = ImageStore::new(&p.image_dir);
-    let runtime =
-        Runtime::new(&p.image_dir, Some(p.cache_dir.clone())).map_err(|e| e.to_string())?;
+    let (images, conf_dirs) = match (&p.image, &p.conf) {
+        (Some(image), _) => (vec![image.clone()], None),
+        (None, Some(path)) => {
+            let text = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let conf: Value =
+                serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+            let stdin = plugin_stdin(&conf, &Map::new())?;
+            let net =
+                crate::cni::config::parse(stdin.to_string().as_bytes(), crate::cni::Command::Add)
+                    .map_err(|e| format!("{}: {}", path.display(), e.msg))?;
+            let images: Vec<String> = net
+                .chain
+                .iter()
+                .flat_map(|e| [&e.limits.image, &e.ipam_limits.image])
+                .flatten()
+                .cloned()
+                .collect();
+            if images.is_empty() {
+                return Err(format!("{}: the chain names no image", path.display()));
+            }
+            (images, Some((net.image_dir, net.cache_dir)))
+        }
+        (None, None) => return Err("name an image or --conf".into()),
+    };
+    let image_dir = p
+        .image_dir
+        .clone()
+        .or_else(|| conf_dirs.as_ref().map(|d| d.0.clone()))
+        .unwrap_or_else(|| DEFAULT_IMAGE_DIR.into());
+    let cache_dir = p
+        .cache_dir
+        .clone()
+        .or_else(|| conf_dirs.and_then(|d| d.1))
+        .unwrap_or_else(|| DEFAULT_CACHE_DIR.into());
+    let store = ImageStore::new(&image_dir);
+    let runtime = Runtime::new(&image_dir, Some(cache_dir.clone())).map_err(|e| e.to_string())?;
+    for text in images {
+        let image: ImageRef = text.parse().map_err(|e: ImageError| e.to_string())?;
+        if p.conf.is_some() && image.digest.is_none() {
+            return Err(ImageError::Unpinned(image.to_string()).to_string());
+        }
+        pull_one(&store, &runtime, &cache_dir, &image, &p.registry)?;
+    }
+    Ok(0)
+}
+
+fn pull_one(
+    store: &ImageStore,
+    runtime: &Runtime,
+    cache_dir: &Path,
+    image: &ImageRef,
+    registry_args: &RegistryArgs,
+) -> Result<(), String> {
     let name = image
         .repository
         .rsplit('/')
@@ -460,12 +516,12 @@ fn pull(p: &PullArgs) -> Result<i32, String> {
             .map_err(|e| e.to_string())?;
         eprintln!(
             "compiled into {} in {} ms",
-            p.cache_dir.display(),
+            cache_dir.display(),
             started.elapsed().as_millis()
         );
         Ok(())
     };
-    let pulled = registry::pull(&store, &image, &p.registry.options(), &compile)?;
+    let pulled = registry::pull(store, image, &registry_args.options(), &compile)?;
     let pinned = pulled.pinned.by_digest().unwrap_or_default();
     if image.digest.is_none() {
         eprintln!("{image} is {pinned}");
@@ -482,7 +538,7 @@ fn pull(p: &PullArgs) -> Result<i32, String> {
         pulled.summary.imports.join(", ")
     );
     println!("{pinned}");
-    Ok(0)
+    Ok(())
 }
 
 fn push(p: &PushArgs) -> Result<i32, String> {

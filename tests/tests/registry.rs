@@ -430,8 +430,38 @@ fn add_with_an_image_not_pulled_fails_clearly_and_contacts_nothing() {
     );
     assert_eq!(reg.requests(), before);
 
-    // Pulled, the same ADD works.
-    ok(pull(&pod.node, &[], &images, &ipam));
+    // `pull --conf` fetches what the network names, into its own imageDir
+    // and cacheDir; then the same ADD works.
+    let conf_file = dir.join("net.conflist");
+    let conflist = json!({"cniVersion": "1.1.0", "name": "imgnet", "plugins": [conf]});
+    std::fs::write(&conf_file, conflist.to_string()).unwrap();
+    let pulled = cli(
+        &pod.node,
+        &[],
+        &[
+            "pull",
+            "--plain-http",
+            "--conf",
+            conf_file.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        String::from_utf8_lossy(&pulled.stderr).contains("already in the store"),
+        "ptp was pulled before"
+    );
+    assert_eq!(ok(pulled), format!("{ptp}\n{ipam}"));
+    std::fs::write(&conf_file, tagged).unwrap();
+    let e = err(cli(
+        &pod.node,
+        &[],
+        &[
+            "pull",
+            "--plain-http",
+            "--conf",
+            conf_file.to_str().unwrap(),
+        ],
+    ));
+    assert!(e.contains("named by tag only"), "{e}");
     pod.run(Invocation::new("ADD").id("n1").ifname("eth0"), &conf)
         .assert_ok();
     pod.run(Invocation::new("DEL").id("n1").ifname("eth0"), &conf)
