@@ -12,6 +12,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 
@@ -45,7 +46,17 @@ pub struct Options {
     pub cni_version: Option<String>,
     /// Also inject a failure at every host call of ADD and of DEL.
     pub faults: bool,
+    /// The whole run's bound (`--max-seconds`).
+    pub time_limit: Duration,
 }
+
+/// `--max-seconds` unless given: the bundled plugins' whole fault sweeps
+/// take under a second each; a component that spins into every deadline
+/// would otherwise set the run time itself ((host calls + 1) × deadline).
+pub const DEFAULT_MAX_SECONDS: u64 = 120;
+
+/// What a call refused for want of time says.
+const OUT_OF_TIME: &str = "the run's time bound (--max-seconds) was reached";
 
 /// One property's outcome.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,6 +87,8 @@ struct World {
     store: Arc<MemoryStore>,
     network: String,
     prev: Option<Value>,
+    /// When the run's time is up.
+    until: Instant,
 }
 
 fn err(e: impl std::fmt::Display) -> String {
@@ -90,7 +103,7 @@ fn cni(e: HostError) -> String {
 
 impl World {
     /// A fresh model; `runtime` reuses loaded components across worlds.
-    fn new(opts: &Options, runtime: Option<Arc<Runtime>>) -> Result<World, String> {
+    fn new(opts: &Options, runtime: Option<Arc<Runtime>>, until: Instant) -> Result<World, String> {
         let stem = opts
             .plugin
             .file_stem()
@@ -174,6 +187,7 @@ impl World {
             store: Arc::new(MemoryStore::default()),
             network,
             prev: opts.prev_result.clone(),
+            until,
         };
         world.stage()?;
         Ok(world)
@@ -226,7 +240,19 @@ impl World {
         if let Some(v) = valid {
             conf["cni.dev/valid-attachments"] = v;
         }
-        let parsed = config::parse(conf.to_string().as_bytes(), command).map_err(err)?;
+        let mut parsed = config::parse(conf.to_string().as_bytes(), command).map_err(err)?;
+        // No call runs past the run's bound.
+        let left = self.until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(OUT_OF_TIME.into());
+        }
+        let left_ms = (left.as_millis() as u64).max(1);
+        for e in &mut parsed.chain {
+            for l in [&mut e.limits, &mut e.ipam_limits] {
+                let ms = crate::sandbox::Limits::resolve(l).deadline_ms;
+                l.deadline_ms = Some(ms.min(left_ms));
+            }
+        }
         Ok(Executor::new(
             self.runtime.clone(),
             Arc::new(parsed),
@@ -388,6 +414,7 @@ fn attachment(opts: &Options, cycle: usize, netns: bool) -> Attachment {
         ifname: IFNAME.into(),
         netns: netns.then(|| NETNS.into()),
         args: opts.args.clone(),
+        ..Attachment::default()
     }
 }
 
@@ -424,7 +451,8 @@ pub enum Unprepared {
 /// component is loaded).
 pub fn prepare(opts: &Options, runtime: Arc<Runtime>) -> Result<(), Unprepared> {
     let refused = Unprepared::Refused;
-    let world = World::new(opts, Some(runtime)).map_err(refused)?;
+    let until = Instant::now() + opts.time_limit;
+    let world = World::new(opts, Some(runtime), until).map_err(refused)?;
     let before = world.snapshot().map_err(refused)?;
     for command in [Command::Add, Command::Check, Command::Del, Command::Gc] {
         world.executor(command, Some(json!([]))).map_err(refused)?;
@@ -443,7 +471,23 @@ pub fn prepare(opts: &Options, runtime: Arc<Runtime>) -> Result<(), Unprepared> 
 /// Run every property; `Err` only when the test cannot start (a config
 /// that is not JSON, a component that does not load).
 pub fn run(opts: &Options) -> Result<Vec<Verdict>, String> {
-    let world = World::new(opts, None)?;
+    let until = Instant::now() + opts.time_limit;
+    let mut verdicts = properties(opts, until)?;
+    if Instant::now() >= until {
+        verdicts.push(Verdict {
+            property: "time-bound",
+            ok: false,
+            detail: format!(
+                "{OUT_OF_TIME} after {} s: the verdicts above that say so were not reached; a component that spins into its deadline on every call runs into it (raise --max-seconds if it is merely slow)",
+                opts.time_limit.as_secs()
+            ),
+        });
+    }
+    Ok(verdicts)
+}
+
+fn properties(opts: &Options, until: Instant) -> Result<Vec<Verdict>, String> {
+    let world = World::new(opts, None, until)?;
     let version = world.conf["cniVersion"]
         .as_str()
         .unwrap_or(version::CURRENT)
@@ -589,7 +633,7 @@ pub fn run(opts: &Options) -> Result<Vec<Verdict>, String> {
     if opts.faults {
         let runtime = world.runtime.clone();
         for verb in [Command::Add, Command::Del] {
-            let report = sweep(opts, &runtime, verb, &initial, &settled)?;
+            let report = sweep(opts, &runtime, verb, &initial, &settled, until)?;
             let property = match verb {
                 Command::Add => "faults-add",
                 _ => "faults-del",
@@ -651,6 +695,7 @@ fn sweep(
     verb: Command,
     initial: &Snapshot,
     settled: &Snapshot,
+    until: Instant,
 ) -> Result<Sweep, String> {
     let att = attachment(opts, 0, true);
     let add = |w: &World, faults: Option<Arc<Faults>>| {
@@ -663,7 +708,7 @@ fn sweep(
     };
     // How many calls the verb makes when nothing fails.
     let count = Arc::new(Faults::at(0));
-    let w = World::new(opts, Some(runtime.clone()))?;
+    let w = World::new(opts, Some(runtime.clone()), until)?;
     match verb {
         Command::Add => add(&w, Some(count.clone()))?,
         _ => {
@@ -674,7 +719,13 @@ fn sweep(
     let points = count.seen();
     let mut leaks = Vec::new();
     for n in 1..=points {
-        let w = World::new(opts, Some(runtime.clone()))?;
+        if Instant::now() >= until {
+            leaks.push(format!(
+                "stopped before injection point {n} of {points}: {OUT_OF_TIME}"
+            ));
+            break;
+        }
+        let w = World::new(opts, Some(runtime.clone()), until)?;
         let faults = Arc::new(Faults::at(n));
         let first = match verb {
             Command::Add => add(&w, Some(faults.clone())),
@@ -780,6 +831,7 @@ mod tests {
             prev_result: None,
             cni_version: Some("staging the prevResult again differs".into()),
             faults: false,
+            time_limit: Duration::from_secs(60),
         };
         match prepare(&opts, runtime) {
             Err(Unprepared::Refused(why)) => assert!(why.contains("incompatible CNI versions")),

@@ -34,7 +34,7 @@ fn pod() -> Attachment {
         container_id: "ctr1".into(),
         ifname: "eth0".into(),
         netns: Some("/run/netns/pod1".into()),
-        args: Vec::new(),
+        ..Attachment::default()
     }
 }
 

@@ -16,6 +16,7 @@
 //! are serialised by its lock, across processes.
 
 mod cleanup;
+mod effects;
 mod native;
 mod services;
 
@@ -31,7 +32,7 @@ use crate::cni::config::{ChainEntry, NetConf};
 use crate::cni::result::{self, CniResult};
 use crate::cni::{CniError, Command, ErrorCode};
 use crate::error::HostError;
-use crate::filter::{Filter, Tag};
+use crate::filter::{Filter, Rule, Tag};
 use crate::image::{ImageRef, ImageStore};
 use crate::log;
 use crate::net::{IpNet, LinkId, Net};
@@ -46,12 +47,28 @@ use cleanup::Sides;
 use services::StepServices;
 
 /// The attachment an ADD/DEL/CHECK is about (from CNI_* variables).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Attachment {
     pub container_id: String,
     pub ifname: String,
+    /// CNI_NETNS as the runtime gave it: what plugins see and the record
+    /// keeps.
     pub netns: Option<String>,
+    /// Where the host opens the container's namespace when not at `netns`:
+    /// a descriptor the daemon's peer passed (`/proc/<pid>/fd/<n>`).
+    pub netns_open: Option<String>,
+    /// The uid of the daemon peer that asked, when not root: a namespace
+    /// path it named is never opened by the host on its behalf, now or
+    /// later (GC).
+    pub peer_uid: Option<u32>,
     pub args: Vec<(String, String)>,
+}
+
+impl Attachment {
+    /// Where the host opens the container's namespace, if anywhere.
+    pub fn netns_path(&self) -> Option<&str> {
+        self.netns_open.as_deref().or(self.netns.as_deref())
+    }
 }
 
 pub struct Executor {
@@ -66,8 +83,8 @@ pub struct Executor {
     ledger: Arc<Mutex<Ledger>>,
     /// During ADD: persists the created links into the pending record.
     on_created: Mutex<Option<OnCreated>>,
-    /// Where native plugins are looked for (CNI_PATH).
-    cni_path: Vec<PathBuf>,
+    /// Where native plugins are looked for (CNI_PATH), if anywhere.
+    natives: native::Natives,
     /// Every plugin call made so far, in order.
     steps: Steps,
     faults: Option<Arc<Faults>>,
@@ -112,7 +129,7 @@ impl Executor {
             filter: None,
             ledger: Arc::default(),
             on_created: Mutex::new(None),
-            cni_path: Vec::new(),
+            natives: native::Natives::default(),
             steps: Steps::default(),
             faults: None,
         }
@@ -139,7 +156,16 @@ impl Executor {
 
     /// Let `type`s without a component run as executables from `cni_path`.
     pub fn with_cni_path(mut self, cni_path: Vec<PathBuf>) -> Self {
-        self.cni_path = cni_path;
+        self.natives.path = cni_path;
+        self
+    }
+
+    /// Run no native plugin, saying `why` where one would have run.
+    pub fn without_natives(mut self, why: String) -> Self {
+        self.natives = native::Natives {
+            path: Vec::new(),
+            refused: Some(why),
+        };
         self
     }
 
@@ -242,14 +268,122 @@ impl Executor {
         let mut record = self.record(att, &links);
         record.result = result.to_json("1.1.0")?;
         record.pending = false;
-        if let Err(e) = self.records.save(&record) {
+        if let Some(prior) = &prior {
+            record.node_settings = prior.node_settings.clone();
+        }
+        if let Err(err) = self.finish_add(att, &mut record, &links) {
             // Without the record a later DEL could not find what to undo.
-            let err = HostError::state("saving the attachment record", e);
             self.rollback(att, self.conf.chain.len(), Some(&result), None);
             self.undo_failed_add(att, prior.as_ref());
             return Err(err);
         }
         Ok(result)
+    }
+
+    /// Make the host's own node settings for what the ADD added (`effects`)
+    /// and save the final record, both under the state directory's lock
+    /// when there are settings to make, so that a DEL deciding whether to
+    /// put one back sees this record.
+    fn finish_add(
+        &self,
+        att: &Attachment,
+        record: &mut AttachmentRecord,
+        links: &CreatedLinks,
+    ) -> Result<(), HostError> {
+        let save = |r: &AttachmentRecord| {
+            self.records
+                .save(r)
+                .map_err(|e| HostError::state("saving the attachment record", e))
+        };
+        let added = self.ledger_now().filter_added;
+        let hairpin = |r: &Rule| {
+            matches!(
+                r,
+                Rule::HairpinMasquerade {
+                    dst: std::net::IpAddr::V4(_)
+                }
+            )
+        };
+        if !added.iter().any(hairpin) {
+            return save(record);
+        }
+        let _all = self
+            .records
+            .lock_all()
+            .map_err(|e| HostError::state("locking the state directory", e))?;
+        let me = (
+            self.conf.name.as_str(),
+            att.container_id.as_str(),
+            att.ifname.as_str(),
+        );
+        let named = self.chain_named();
+        let scope = effects::Scope {
+            created: &links.node,
+            named: &named,
+        };
+        let made = self.with_sides(att, |net, sides| {
+            Ok(effects::apply(
+                net,
+                sides.node,
+                &*self.records,
+                me,
+                &scope,
+                &added,
+            ))
+        })?;
+        let mut changed = Vec::new();
+        for (setting, wrote) in made {
+            if record.node_settings.iter().any(|s| s.same(&setting)) {
+                continue;
+            }
+            if wrote {
+                changed.push(setting.clone());
+            }
+            record.node_settings.push(setting);
+        }
+        let saved = save(record);
+        if saved.is_err() {
+            let _ = self.with_sides(att, |net, sides| {
+                for s in &changed {
+                    if let Err(e) = effects::put_back(net, sides.node, s) {
+                        log::warn(format_args!("failed ADD: putting back {}: {e}", s.key));
+                    }
+                }
+                Ok(())
+            });
+        }
+        saved
+    }
+
+    /// Remove the attachment's record and, when it made node settings, put
+    /// back those no other attachment records (under the state directory's
+    /// lock, as `finish_add` makes them).
+    fn remove_record(
+        &self,
+        att: &Attachment,
+        rec: Option<&AttachmentRecord>,
+    ) -> Result<(), HostError> {
+        let remove = || {
+            self.records
+                .remove(&self.conf.name, &att.container_id, &att.ifname)
+                .map_err(|e| HostError::state("removing the attachment record", e))
+        };
+        let Some(rec) = rec.filter(|r| !r.node_settings.is_empty()) else {
+            return remove();
+        };
+        let _all = self
+            .records
+            .lock_all()
+            .map_err(|e| HostError::state("locking the state directory", e))?;
+        remove()?;
+        let released = self.with_sides(att, |net, sides| {
+            effects::release(net, sides.node, &*self.records, rec);
+            Ok(())
+        });
+        if let Err(e) = released {
+            log::warn(format_args!("putting back node settings: {e}"));
+        }
+        Ok(())
     }
 
     /// The attachment's lock, waited for as long as a whole chain may run:
@@ -293,11 +427,13 @@ impl Executor {
             container_id: att.container_id.clone(),
             ifname: att.ifname.clone(),
             netns: att.netns.clone(),
+            peer_uid: att.peer_uid,
             cni_args: att.args.clone(),
             runtime_config: self.conf.runtime_config.clone(),
             result: Value::Null,
             node_links: recorded(links, Side::Node),
             container_links: recorded(links, Side::Container),
+            node_settings: Vec::new(),
             created_at: now_ms(),
             pending: true,
         }
@@ -415,7 +551,7 @@ impl Executor {
             .net
             .lock()
             .map_err(|_| HostError::internal("network backend poisoned"))?;
-        let sides = Sides::open(net.as_mut(), att.netns.as_deref())?;
+        let sides = Sides::open(net.as_mut(), att.netns_path())?;
         f(net.as_mut(), &sides)
     }
 
@@ -489,16 +625,13 @@ impl Executor {
             Some(p) => Some(p),
             None => recorded_result(rec.as_ref()),
         };
+        // The result torn down is the plugins' own account: it names what to
+        // release, never what the host may grant (DEL adds nothing to the
+        // node, and only ADD's IPAM answers are the attachment's networks).
         self.begin(rec.as_ref());
-        if let Some(p) = &prev {
-            self.own_addresses(p);
-        }
         let errors = self.teardown(att, prev.as_ref(), "DEL");
         if errors.is_empty() {
-            self.records
-                .remove(&self.conf.name, &att.container_id, &att.ifname)
-                .map_err(|e| HostError::state("removing the attachment record", e))?;
-            Ok(())
+            self.remove_record(att, rec.as_ref())
         } else {
             Err(HostError::many(errors))
         }
@@ -607,9 +740,6 @@ impl Executor {
             None => recorded_result(rec.as_ref()),
         };
         self.begin(rec.as_ref());
-        if let Some(p) = &prev {
-            self.own_addresses(p);
-        }
         for (index, entry) in self.conf.chain.iter().enumerate() {
             let step = Step {
                 index,
@@ -680,16 +810,16 @@ impl Executor {
                     ""
                 }
             ));
+            // A namespace a non-root daemon peer named is not opened on its
+            // behalf: its container links go with the namespace.
             let att = Attachment {
                 container_id: rec.container_id.clone(),
                 ifname: rec.ifname.clone(),
-                netns: rec.netns.clone(),
+                netns: rec.netns.clone().filter(|_| rec.peer_uid.is_none()),
                 args: rec.cni_args.clone(),
+                ..Attachment::default()
             };
             self.begin(Some(&rec));
-            if let Some(p) = recorded_result(Some(&rec)) {
-                self.own_addresses(&p);
-            }
             // Whatever the plugins leave of the stale attachment goes too:
             // the host recorded it as theirs.
             let errs = self.teardown(&att, recorded_result(Some(&rec)).as_ref(), "gc");
@@ -697,11 +827,8 @@ impl Executor {
                 errors.extend(errs);
                 continue;
             }
-            if let Err(e) = self
-                .records
-                .remove(&self.conf.name, &att.container_id, &att.ifname)
-            {
-                errors.push(HostError::state("removing a stale attachment record", e));
+            if let Err(e) = self.remove_record(&att, Some(&rec)) {
+                errors.push(e);
             }
         }
         if let Err(e) = self.sweep_filter(&valid) {
@@ -746,6 +873,12 @@ impl Executor {
         }
     }
 
+    /// The node links any entry of the network's chain names: where the
+    /// host's own settings for an attachment may go (`effects`).
+    fn chain_named(&self) -> BTreeSet<String> {
+        self.conf.chain.iter().flat_map(config_named).collect()
+    }
+
     fn net_access(
         &self,
         entry: &ChainEntry,
@@ -753,9 +886,6 @@ impl Executor {
         att: &Attachment,
         config: &str,
     ) -> NetAccess {
-        // The node links a plugin may change are the ones its own config
-        // names, under the keys the reference plugins use for them, or the
-        // reference default when the key is absent (bridge: cni0).
         let named = |key: &str| {
             entry
                 .raw
@@ -763,14 +893,7 @@ impl Executor {
                 .and_then(Value::as_str)
                 .filter(|s| !s.is_empty())
         };
-        let mut config_named: BTreeSet<String> = ["bridge", "master"]
-            .iter()
-            .filter_map(|k| named(k))
-            .map(str::to_string)
-            .collect();
-        if entry.plugin_type == "bridge" && named("bridge").is_none() {
-            config_named.insert("cni0".into());
-        }
+        let config_named = config_named(entry);
         // A VM's link on the node, and its owners, only as the config says.
         let vm = entry.raw.get("vm").and_then(Value::as_object);
         let id = |key: &str| {
@@ -779,14 +902,10 @@ impl Executor {
                 .and_then(Value::as_u64)
                 .and_then(|v| u32::try_from(v).ok())
         };
-        if let Some(parent) = vm.and_then(|v| v.get("parent")).and_then(Value::as_str) {
-            config_named.insert(parent.to_string());
-        }
         NetAccess {
             backend: self.net.clone(),
             container_path: att
-                .netns
-                .as_deref()
+                .netns_path()
                 .filter(|p| !p.is_empty())
                 .map(PathBuf::from),
             ifname: att.ifname.clone(),
@@ -842,8 +961,9 @@ impl Executor {
 
     /// The addresses of `result` are the attachment's own: node-side
     /// addresses and routes may lie in their networks, filter rules may name
-    /// them. For ADD the runtime's prevResult; for CHECK, DEL and GC the
-    /// result being checked or torn down.
+    /// them. Only the runtime's prevResult at ADD (the runtime is trusted:
+    /// it comes from the plugins before wasm-cni in its conflist); the IPAM
+    /// answers the host receives are added as they come (`services`).
     fn own_addresses(&self, result: &CniResult) {
         let nets: Vec<IpNet> = result
             .ips
@@ -873,12 +993,13 @@ impl Executor {
             (step.index, self.steps.clone()),
             self.store.clone(),
             Some(self.net_access(entry, command, att, &request.config)),
-            &self.cni_path,
+            &self.natives,
             &self.conf.image_dir,
             &self.conf.name,
             entry,
             command,
             request,
+            att,
             valid,
         );
         services.faults = self.faults.clone();
@@ -933,14 +1054,7 @@ impl Executor {
         ) {
             Ok(p) => p,
             Err(CallError::NotFound { plugin, dir, .. }) => {
-                let Some(path) = native::find(&self.cni_path, &plugin) else {
-                    return Err(at(CallError::NotFound {
-                        plugin,
-                        dir,
-                        cni_path: self.cni_path.clone(),
-                    }
-                    .into()));
-                };
+                let path = self.natives.find(plugin.clone(), dir).map_err(at)?;
                 log::debug(format_args!(
                     "chain[{}] {plugin}: native {}",
                     step.index,
@@ -953,7 +1067,7 @@ impl Executor {
                     &plugin,
                     step.command,
                     att,
-                    &self.cni_path,
+                    &self.natives.path,
                     &config,
                     &self.conf.cni_version,
                     Duration::from_millis(deadline),
@@ -1010,6 +1124,33 @@ impl Executor {
     }
 }
 
+/// The node links a plugin may change: the ones its own config names,
+/// under the keys the reference plugins use for them (`bridge`, `master`,
+/// a VM's `vm.parent`), or the reference default when the key is absent
+/// (bridge: cni0).
+fn config_named(entry: &ChainEntry) -> BTreeSet<String> {
+    let named = |key: &str| {
+        entry
+            .raw
+            .get(key)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+    };
+    let mut out: BTreeSet<String> = ["bridge", "master"]
+        .iter()
+        .filter_map(|k| named(k))
+        .map(str::to_string)
+        .collect();
+    if entry.plugin_type == "bridge" && named("bridge").is_none() {
+        out.insert("cni0".into());
+    }
+    let vm = entry.raw.get("vm").and_then(Value::as_object);
+    if let Some(parent) = vm.and_then(|v| v.get("parent")).and_then(Value::as_str) {
+        out.insert(parent.to_string());
+    }
+    out
+}
+
 /// Whether a failure is the plugin's own answer (it returned an error), as
 /// opposed to the host stopping it.
 fn reported_by_plugin(e: &HostError) -> bool {
@@ -1032,12 +1173,7 @@ fn request_for(att: &Attachment, config: String, prev: Option<&CniResult>) -> wi
 }
 
 fn no_attachment() -> Attachment {
-    Attachment {
-        container_id: String::new(),
-        ifname: String::new(),
-        netns: None,
-        args: Vec::new(),
-    }
+    Attachment::default()
 }
 
 /// The links a record lists, by name with their identity.
@@ -1098,8 +1234,9 @@ pub(crate) fn load_component(
     plugin: &str,
     limits: &crate::cni::config::Limits,
 ) -> Result<Arc<Plugin>, CallError> {
+    let bounds = crate::sandbox::compile::CompileLimits::resolve(limits, runtime.compile_limits());
     let Some(image) = &limits.image else {
-        return runtime.load(plugin, limits.sha256.as_deref());
+        return runtime.load_within(plugin, limits.sha256.as_deref(), &bounds);
     };
     let image_err = |error| CallError::Image {
         plugin: plugin.to_string(),
@@ -1119,5 +1256,5 @@ pub(crate) fn load_component(
             });
         }
     }
-    runtime.load_image(plugin, resolved.path, &resolved.pin)
+    runtime.load_image(plugin, resolved.path, &resolved.pin, &bounds)
 }

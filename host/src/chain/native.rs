@@ -18,6 +18,40 @@ use crate::cni::{CniError, Command, ErrorCode};
 use crate::error::HostError;
 use crate::sandbox::{valid_type_name, CallError};
 
+/// Where native plugins may come from for one call.
+#[derive(Debug, Clone, Default)]
+pub struct Natives {
+    /// CNI_PATH.
+    pub path: Vec<PathBuf>,
+    /// Why none may run for this call (a daemon's non-root peer), if so.
+    pub refused: Option<String>,
+}
+
+impl Natives {
+    /// The executable for `plugin`, whose component is not in `dir`: a
+    /// `NotFound` naming both places, or the refusal, when there is none.
+    pub fn find(&self, plugin: String, dir: PathBuf) -> Result<PathBuf, HostError> {
+        if let Some(why) = &self.refused {
+            return Err(CniError::new(
+                ErrorCode::InvalidConfig,
+                format!(
+                    "plugin {plugin:?}: no {plugin}.wasm in {}; {why}",
+                    dir.display()
+                ),
+            )
+            .into());
+        }
+        find(&self.path, &plugin).ok_or_else(|| {
+            CallError::NotFound {
+                plugin,
+                dir,
+                cni_path: self.path.clone(),
+            }
+            .into()
+        })
+    }
+}
+
 /// The first regular, executable file named `plugin_type` in `cni_path`.
 pub fn find(cni_path: &[PathBuf], plugin_type: &str) -> Option<PathBuf> {
     if !valid_type_name(plugin_type) {
@@ -49,7 +83,7 @@ pub fn exec(
     let mut child = Process::new(path)
         .env("CNI_COMMAND", command.as_str())
         .env("CNI_CONTAINERID", &att.container_id)
-        .env("CNI_NETNS", att.netns.as_deref().unwrap_or(""))
+        .env("CNI_NETNS", att.netns_path().unwrap_or(""))
         .env("CNI_IFNAME", &att.ifname)
         .env("CNI_ARGS", args.join(";"))
         .env("CNI_PATH", joined)

@@ -34,8 +34,10 @@ pub(super) struct StepServices {
     ipam_limits: ConfLimits,
     ipam_data_dir: Option<PathBuf>,
     request: wit::Request,
+    /// The attachment, for a native delegate's environment.
+    att: Attachment,
     valid: Vec<wit::Attachment>,
-    cni_path: Vec<PathBuf>,
+    natives: native::Natives,
     image_dir: PathBuf,
     cni_version: String,
     /// Set while the delegate holds an allocation made during this step.
@@ -51,12 +53,13 @@ impl StepServices {
         steps: (usize, Steps),
         store: Arc<dyn StateStore>,
         net: Option<NetAccess>,
-        cni_path: &[PathBuf],
+        natives: &native::Natives,
         image_dir: &std::path::Path,
         network: &str,
         entry: &ChainEntry,
         command: Command,
         request: &wit::Request,
+        att: &Attachment,
         valid: Option<&[wit::Attachment]>,
     ) -> Self {
         let ipam = entry.raw.get("ipam").and_then(Value::as_object);
@@ -93,8 +96,9 @@ impl StepServices {
             // The delegate gets the very same request, prevResult included
             // (CHECK needs it).
             request: request.clone(),
+            att: att.clone(),
             valid: valid.map(<[_]>::to_vec).unwrap_or_default(),
-            cni_path: cni_path.to_vec(),
+            natives: natives.clone(),
             image_dir: image_dir.to_path_buf(),
             cni_version: serde_json::from_str::<Value>(&request.config)
                 .ok()
@@ -136,20 +140,7 @@ impl StepServices {
         ) {
             Ok(p) => p,
             Err(CallError::NotFound { plugin, dir, .. }) => {
-                let Some(path) = native::find(&self.cni_path, &plugin) else {
-                    return Err(CallError::NotFound {
-                        plugin,
-                        dir,
-                        cni_path: self.cni_path.clone(),
-                    }
-                    .into());
-                };
-                let att = Attachment {
-                    container_id: self.request.container_id.clone(),
-                    ifname: self.request.ifname.clone(),
-                    netns: self.request.netns.clone(),
-                    args: self.request.args.clone(),
-                };
+                let path = self.natives.find(plugin.clone(), dir)?;
                 let command = match op {
                     IpamOp::Add => Command::Add,
                     IpamOp::Del => Command::Del,
@@ -163,8 +154,8 @@ impl StepServices {
                     &path,
                     &plugin,
                     command,
-                    &att,
-                    &self.cni_path,
+                    &self.att,
+                    &self.natives.path,
                     &self.request.config,
                     &self.cni_version,
                     Duration::from_millis(limits.deadline_ms),
@@ -195,8 +186,9 @@ impl StepServices {
             ipam_limits: ConfLimits::default(),
             ipam_data_dir: None,
             request: self.request.clone(),
+            att: self.att.clone(),
             valid: self.valid.clone(),
-            cni_path: Vec::new(),
+            natives: native::Natives::default(),
             image_dir: self.image_dir.clone(),
             cni_version: self.cni_version.clone(),
             held: Mutex::new(None),

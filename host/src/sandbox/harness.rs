@@ -331,6 +331,8 @@ pub struct ImportHarness {
     protected: Protected,
     /// Every scope and its data before the call.
     scopes_before: Vec<(Scope, ScopeData)>,
+    /// The port mappings the plugin's config lists (its rule cap).
+    ports: usize,
 }
 
 fn other_owner() -> Owner {
@@ -503,6 +505,7 @@ impl ImportHarness {
                 sysctls: Vec::new(),
             },
             scopes_before,
+            ports: PortGrant::from_config(PORT_MAPPINGS).len(),
         };
         h.protected = h.protected_now()?;
         Ok(h)
@@ -847,6 +850,20 @@ impl ImportHarness {
             }
         }
         self.check_filter(&ledger)?;
+        // Nothing beyond the attachment's caps, whatever it asked.
+        use super::limits::caps;
+        let made = ledger.made;
+        if made.links > caps::LINKS
+            || made.node_addresses_and_routes > caps::NODE_ADDRESSES_AND_ROUTES
+            || made.tc > caps::TC
+            || ledger.filter_added.len()
+                > caps::RULES + caps::RULES_PER_PORT_MAPPING * self.ports
+        {
+            return Err(format!(
+                "past the attachment's caps: {made:?}, {} rules",
+                ledger.filter_added.len()
+            ));
+        }
         // What the attachment put on node links stays inside its networks:
         // no address or route the node's own traffic could follow.
         let inside = |n: &IpNet| {
@@ -1054,6 +1071,75 @@ mod tests {
         h.finish(true).unwrap();
     }
 
+    /// One ADD made 1 200 ifbs (and DEL took 25 s), or thousands of rules
+    /// in the node's shared chains: each attachment has caps, and what is
+    /// refused beyond them changes nothing.
+    #[test]
+    fn an_attachment_stays_within_its_caps() {
+        use super::super::limits::caps;
+        let mut h = ImportHarness::new(Command::Add, 10_000).unwrap();
+        h.call(Import::ContainerNetns).unwrap();
+        h.call(Import::NodeNetns).unwrap();
+        let mut made = 0;
+        for i in 0..3 * caps::LINKS {
+            let out = h
+                .call(Import::CreateIfb(Handle::Issued(1), format!("ifbcap{i}"), None))
+                .unwrap();
+            if out.starts_with("Ok(") {
+                made += 1;
+            } else {
+                assert!(out.contains("at most 8 links"), "{out}");
+                assert!(out.starts_with("Err(NetError::Refused("), "{out}");
+            }
+            h.check().unwrap();
+        }
+        assert_eq!(made, caps::LINKS);
+        // Rules: the same source with other exceptions is another rule.
+        let own = "10.1.0.5";
+        let mut added = 0;
+        for i in 0..2 * caps::RULES {
+            let rule = FilterRule::Masquerade(own.into(), vec![format!("10.9.{i}.0/24")]);
+            let out = h.call(Import::Filter(0, vec![rule])).unwrap();
+            if out.starts_with("Ok(") {
+                added += 1;
+            } else {
+                assert!(out.contains("an attachment may add at most"), "{out}");
+            }
+        }
+        let cap = caps::RULES + caps::RULES_PER_PORT_MAPPING * h.ports;
+        assert_eq!(added, cap);
+        h.check().unwrap();
+        h.finish(true).unwrap();
+    }
+
+    /// DEL and GC add nothing to the node, whatever the result they tear
+    /// down says the attachment's addresses are.
+    #[test]
+    fn del_adds_nothing_to_the_node() {
+        let mut h = ImportHarness::new(Command::Del, 1_000).unwrap();
+        h.call(Import::NodeNetns).unwrap();
+        let route = |dst: &str| {
+            Import::AddRoute(
+                Handle::Issued(0),
+                RouteArgs {
+                    dst: dst.into(),
+                    dev: Some("cni0".into()),
+                    ..RouteArgs::default()
+                },
+            )
+        };
+        for attack in [
+            route("0.0.0.0/1"),
+            route("10.1.0.0/24"),
+            Import::AddAddress(Handle::Issued(0), "cni0".into(), "10.1.0.1/24".into()),
+        ] {
+            let out = h.call(attack.clone()).unwrap();
+            assert!(out.contains("only ADD changes the node"), "{attack:?}: {out}");
+            h.check().unwrap();
+        }
+        h.finish(true).unwrap();
+    }
+
     /// Without a bound on the scope, one call could make the host write
     /// `hostCallBudget` values of 64 KiB each (650 MB by default).
     #[test]
@@ -1126,7 +1212,6 @@ mod tests {
             // Another attachment's address, or the node's.
             Import::Filter(0, vec![FilterRule::Masquerade("10.1.0.77".into(), vec![])]),
             Import::Filter(0, vec![FilterRule::Forward("192.168.9.1".into())]),
-            Import::Filter(2, vec![FilterRule::Forward("10.1.0.77".into())]),
             // A port the config does not map; one mapped to another port.
             Import::Filter(0, vec![map(22, own, 22)]),
             Import::Filter(0, vec![map(8080, own, 81)]),

@@ -7,12 +7,12 @@ use std::net::IpAddr;
 use super::bindings::cni::plugin::filter::{
     FilterError as WitError, Host, Protocol as WitProto, Rule as WitRule,
 };
-use super::host_network::{verify_created, Change, FilterAccess, NetAccess, Undo};
+use super::host_network::{verify_created, FilterAccess, NetAccess};
 use super::policy::{FilterNeed, FilterOp, Side};
 use super::state::Ctx;
 use crate::filter::{FilterError, Proto, Rule};
 use crate::log;
-use crate::net::{self, parse_mac, NetError, NsRef};
+use crate::net::{self, parse_mac, NsRef};
 
 /// Rules one call may name.
 const MAX_RULES: usize = 64;
@@ -111,6 +111,23 @@ impl Ctx {
                 Err(e) => return Ok(Err(e)),
             }
         }
+        if op == FilterOp::Add {
+            use super::limits::caps;
+            let cap = caps::RULES + caps::RULES_PER_PORT_MAPPING * access.ports.len();
+            let added = access
+                .ledger
+                .lock()
+                .map(|l| l.filter_added.len())
+                .unwrap_or(0);
+            if added + parsed.len() > cap {
+                return Ok(Err(self.refuse_filter(&format!(
+                    "{} more rules: an attachment may add at most {cap} ({} and {} per port mapping the runtime asked for; the host's cap per attachment), it has {added}",
+                    parsed.len(),
+                    caps::RULES,
+                    caps::RULES_PER_PORT_MAPPING
+                ))));
+            }
+        }
         let grants = self.grants(&access);
         for rule in &parsed {
             let need = match grants.filter(rule, op) {
@@ -143,10 +160,11 @@ impl Ctx {
                     Err(e) => return Ok(Err(to_wit(e, &fa))),
                 };
                 drop(backend);
-                let changes = self.route_localnet(&access, &fresh);
+                // The host's own settings for these rules (route_localnet)
+                // are made when the ADD completes, in its scope and
+                // recorded with it (chain/effects.rs).
                 if let Ok(mut l) = access.ledger.lock() {
                     l.filter_added.extend(fresh);
-                    l.changes.extend(changes);
                 }
                 Ok(Ok(()))
             }
@@ -214,54 +232,6 @@ impl Ctx {
                 ))
             }
         }
-    }
-
-    /// Hairpin and localhost traffic DNATed to an IPv4 address leaves the
-    /// node with a loopback source until it is masqueraded; the link it goes
-    /// out of must accept that (`route_localnet`), as the reference portmap
-    /// sets it. Best effort: a failure is logged, the rule stays.
-    fn route_localnet(&self, access: &NetAccess, added: &[Rule]) -> Vec<Change> {
-        let mut changes = Vec::new();
-        let Ok(mut net) = access.backend.lock() else {
-            return changes;
-        };
-        for rule in added {
-            let Rule::HairpinMasquerade {
-                dst: dst @ IpAddr::V4(_),
-            } = rule
-            else {
-                continue;
-            };
-            let outcome = (|| -> Result<Option<Change>, NetError> {
-                let node = net.open(NsRef::Current)?;
-                let Some(dev) = net.route_dev(node, dst)? else {
-                    return Ok(None);
-                };
-                let key = format!("net.ipv4.conf.{dev}.route_localnet");
-                let old = net.sysctl_get(node, &key)?;
-                if old == "1" {
-                    return Ok(None);
-                }
-                net.sysctl_set(node, &key, "1")?;
-                Ok(Some(Change {
-                    side: Side::Node,
-                    shared: true,
-                    undo: Undo::Sysctl {
-                        key,
-                        old,
-                        new: "1".into(),
-                    },
-                }))
-            })();
-            match outcome {
-                Ok(c) => changes.extend(c),
-                Err(e) => log::warn(format_args!(
-                    "plugin {}: route_localnet for {dst}: {e}",
-                    self.plugin
-                )),
-            }
-        }
-        changes
     }
 }
 

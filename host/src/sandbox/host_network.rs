@@ -113,6 +113,61 @@ pub struct Ledger {
     /// Filter rules this ADD added (those a retried ADD found in place are
     /// not listed): what a failed ADD removes.
     pub filter_added: Vec<Rule>,
+    /// What this verb made, against [`super::limits::caps`].
+    pub made: Made,
+}
+
+/// Counts of what one verb of an attachment made, for its caps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Made {
+    pub links: usize,
+    pub node_addresses_and_routes: usize,
+    pub tc: usize,
+}
+
+impl Made {
+    /// What the questions `asks` would add.
+    fn of(asks: &[Ask<'_>]) -> Made {
+        let mut m = Made::default();
+        for a in asks {
+            match a {
+                Ask::Create(..)
+                | Ask::CreateTap(..)
+                | Ask::CreateMacvlan(..)
+                | Ask::CreateStacked(..)
+                | Ask::CreateIfb(..) => m.links += 1,
+                Ask::Address(Side::Node, _, _, _, true) | Ask::Route(Side::Node, .., true) => {
+                    m.node_addresses_and_routes += 1
+                }
+                Ask::Shape(..) => m.tc += 1,
+                _ => {}
+            }
+        }
+        m
+    }
+
+    /// Why `self` plus `more` is over a cap, if it is.
+    fn over(&self, more: &Made) -> Option<String> {
+        use super::limits::caps;
+        let checks = [
+            (self.links + more.links, caps::LINKS, "links"),
+            (
+                self.node_addresses_and_routes + more.node_addresses_and_routes,
+                caps::NODE_ADDRESSES_AND_ROUTES,
+                "addresses and routes in the node namespace",
+            ),
+            (self.tc + more.tc, caps::TC, "traffic-control objects"),
+        ];
+        checks.iter().find(|(n, cap, _)| n > cap).map(|(_, cap, what)| {
+            format!("an attachment may make at most {cap} {what} (the host's cap per attachment)")
+        })
+    }
+
+    fn add(&mut self, more: &Made) {
+        self.links += more.links;
+        self.node_addresses_and_routes += more.node_addresses_and_routes;
+        self.tc += more.tc;
+    }
 }
 
 /// Told the created links whenever they change during ADD, so that the
@@ -469,6 +524,13 @@ impl Ctx {
                 .asks
                 .push(place.map(|(side, _)| (side, add && basis == Basis::Granted)));
         }
+        // Within the attachment's caps, counted before acting: a refused
+        // request changes nothing.
+        let more = Made::of(asks);
+        let made = access.ledger.lock().map(|l| l.made).unwrap_or_default();
+        if let Some(why) = made.over(&more) {
+            return Ok(Err(self.refuse(format!("{}: {why}", describe(asks)))));
+        }
         if self.inject(|| describe(asks)) {
             return Ok(Err(WitError::Kernel((
                 super::faults::ENOMEM,
@@ -477,10 +539,9 @@ impl Ctx {
         }
         match op(backend.as_mut(), &journal) {
             Ok((value, changes)) => {
-                if !changes.is_empty() {
-                    if let Ok(mut l) = access.ledger.lock() {
-                        l.changes.extend(changes);
-                    }
+                if let Ok(mut l) = access.ledger.lock() {
+                    l.changes.extend(changes);
+                    l.made.add(&more);
                 }
                 Ok(Ok(value))
             }

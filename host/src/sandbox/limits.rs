@@ -47,6 +47,28 @@ impl Effective {
     }
 }
 
+/// What one attachment's ADD may add to kernel state the node shares, or
+/// that costs the node to keep and to take down (every rule makes each rule
+/// add of every network dearer; every link makes DEL and rollback longer).
+/// Far above what the bundled plugins need (a veth pair, an ifb, a tap; a
+/// gateway address and a host route per family; masquerade, hairpin and
+/// forward rules per address): beyond them the host refuses, naming the cap.
+pub mod caps {
+    /// Links created, in both namespaces together.
+    pub const LINKS: usize = 8;
+    /// Addresses and routes added in the node namespace.
+    pub const NODE_ADDRESSES_AND_ROUTES: usize = 16;
+    /// Traffic-control objects: rate limits and ingress redirects (a
+    /// redirect counts its two links).
+    pub const TC: usize = 8;
+    /// Packet-filter rules, plus [`RULES_PER_PORT_MAPPING`] for each entry
+    /// of the plugin's `runtimeConfig.portMappings` (those the runtime asks
+    /// for are what a port map may be: the runtime, not the plugin, decides
+    /// how many).
+    pub const RULES: usize = 32;
+    pub const RULES_PER_PORT_MAPPING: usize = 2;
+}
+
 /// Instances, memories and tables one call may create. A component made by
 /// wit-component has a handful of each; the limits stop a hand-written one
 /// from multiplying host-side structures.

@@ -209,11 +209,17 @@ impl Grants {
         }
     }
 
-    /// Changes are for ADD (which makes them) and DEL (which undoes them).
-    fn may_write(&self, what: &str) -> Verdict {
-        match self.command {
-            Command::Add | Command::Del => Ok(()),
-            c => Err(format!(
+    /// Changes are for ADD (which makes them) and DEL (which undoes them);
+    /// in the node namespace, for ADD only: DEL, CHECK and GC add nothing
+    /// there, and what an attachment made there goes by what the host
+    /// recorded (its links, its rules), never by what a plugin says it made.
+    fn may_write(&self, side: Side, what: &str) -> Verdict {
+        match (self.command, side) {
+            (Command::Add, _) | (Command::Del, Side::Container) => Ok(()),
+            (Command::Del, Side::Node) => Err(format!(
+                "{what} in the node namespace is not allowed during DEL: only ADD changes the node, and the host removes what the attachment recorded"
+            )),
+            (c, _) => Err(format!(
                 "{what} is not allowed during {}: it only reads",
                 c.as_str()
             )),
@@ -300,7 +306,7 @@ impl Grants {
 
     /// May the plugin change `name` (state, addresses, routes, master)?
     pub fn change(&self, side: Side, name: &str) -> Verdict<Basis> {
-        self.may_write(&format!("changing link {name:?}"))?;
+        self.may_write(side, &format!("changing link {name:?}"))?;
         self.reach(side, name)
     }
 
@@ -334,7 +340,7 @@ impl Grants {
     /// name comes from the config, not from the plugin.
     pub fn enslave(&self, side: Side, bridge: &str) -> Verdict<Basis> {
         if side == Side::Container && self.config.named.contains(bridge) {
-            self.may_write(&format!("using {bridge:?} as a master"))?;
+            self.may_write(side, &format!("using {bridge:?} as a master"))?;
             return Ok(Basis::Granted);
         }
         self.change(side, bridge)
@@ -343,7 +349,10 @@ impl Grants {
 
     /// May the plugin delete `name`?
     pub fn delete(&self, side: Side, name: &str) -> Verdict<Basis> {
-        self.may_write(&format!("deleting link {name:?}"))?;
+        // Deleting what it created is how DEL undoes ADD, on either side.
+        if self.command != Command::Del {
+            self.may_write(side, &format!("deleting link {name:?}"))?;
+        }
         if let Some(id) = self.created(side).get(name) {
             return Ok(Basis::Created(name.to_string(), id.clone()));
         }
@@ -417,7 +426,7 @@ impl Grants {
     /// attachment created: its qdiscs then go with it, and no one else's
     /// traffic is shaped.
     pub fn shape(&self, side: Side, name: &str) -> Verdict<Basis> {
-        self.may_write(&format!("shaping link {name:?}"))?;
+        self.may_write(side, &format!("shaping link {name:?}"))?;
         match self.created(side).get(name) {
             Some(id) => Ok(Basis::Created(name.to_string(), id.clone())),
             None => Err(format!(
@@ -445,8 +454,11 @@ impl Grants {
                 ))
             }
         }
+        // Checking and removing reach only the attachment's own rules (the
+        // backend matches its tag), whatever addresses they name; adding
+        // names only addresses the host saw handed to the attachment.
         let own = |ip: &IpAddr| {
-            if self.own_nets.iter().any(|n| n.addr() == *ip) {
+            if op != FilterOp::Add || self.own_nets.iter().any(|n| n.addr() == *ip) {
                 Ok(())
             } else {
                 let owned: Vec<String> =
@@ -505,7 +517,7 @@ impl Grants {
         if !write {
             return Ok(Basis::Granted);
         }
-        self.may_write(&format!("writing sysctl {key:?}"))?;
+        self.may_write(side, &format!("writing sysctl {key:?}"))?;
         if let Some(rest) = PER_INTERFACE.iter().find_map(|p| key.strip_prefix(p)) {
             // The setting name has no dots, so the interface is what lies
             // between the subtree and the last dot.
@@ -680,12 +692,21 @@ mod tests {
         assert!(grants(Command::Check)
             .filter(&ok[0], FilterOp::Remove)
             .is_err());
-        // A mapping the config no longer lists may still be removed.
+        // A mapping the config no longer lists may still be removed, and
+        // removing or checking needs no address grant at all: the backend
+        // only ever matches the attachment's own (tagged) rules, and DEL
+        // has no grants from a result (its addresses are what the plugins
+        // wrote).
         let gone = pm(Proto::Tcp, None, 9999, "10.1.2.5", 80);
         assert!(grants(Command::Del).filter(&gone, FilterOp::Remove).is_ok());
-        assert!(grants(Command::Del)
-            .filter(&refused[3], FilterOp::Remove)
-            .is_err());
+        let mut del = grants(Command::Del);
+        del.own_nets.clear();
+        assert!(del.filter(&refused[3], FilterOp::Remove).is_ok());
+        assert!(del.filter(&ok[0], FilterOp::Check).is_ok());
+        // Adding still needs the address handed to the attachment.
+        let mut add = grants(Command::Add);
+        add.own_nets.clear();
+        assert!(add.filter(&ok[0], FilterOp::Add).is_err());
     }
 
     #[test]
@@ -732,6 +753,51 @@ mod tests {
         // Config-named links may be changed but never deleted.
         assert!(g.delete(Side::Node, "cni0").is_err());
         assert!(g.delete(Side::Node, "lo").is_err());
+    }
+
+    #[test]
+    fn del_changes_nothing_in_the_node_but_deleting_what_it_created() {
+        let g = grants(Command::Del);
+        let net = |s: &str| crate::net::parse_cidr(s).unwrap();
+        // Whatever networks it holds: DEL adds no node-side state at all.
+        for (what, verdict) in [
+            (
+                "address",
+                g.address(Side::Node, "cni0", &net("10.1.2.1/24"), true),
+            ),
+            (
+                "address removal",
+                g.address(Side::Node, "cni0", &net("10.1.2.1/24"), false),
+            ),
+            (
+                "route",
+                g.route(Side::Node, "cni0", &net("10.1.2.5/32"), None, true),
+            ),
+            (
+                "route via its own link",
+                g.route(Side::Node, "veth0123abcd", &net("10.1.2.5/32"), None, true),
+            ),
+            ("change", g.change(Side::Node, "cni0")),
+            ("enslave", g.enslave(Side::Node, "cni0")),
+            (
+                "sysctl",
+                g.sysctl(Side::Node, "net.ipv4.conf.cni0.route_localnet", true),
+            ),
+            (
+                "forwarding",
+                g.sysctl(Side::Node, "net.ipv4.ip_forward", true),
+            ),
+            ("shape", g.shape(Side::Node, "veth0123abcd")),
+        ] {
+            let e = verdict.err().unwrap_or_else(|| panic!("{what} allowed"));
+            assert!(e.contains("only ADD changes the node"), "{what}: {e}");
+        }
+        // It deletes what the attachment created, and reads.
+        assert!(g.delete(Side::Node, "veth0123abcd").is_ok());
+        assert!(g.delete(Side::Node, "cni0").is_err());
+        assert!(g.sysctl(Side::Node, "net.ipv4.ip_forward", false).is_ok());
+        // The container namespace is the pod's own: DEL still undoes there.
+        assert!(g.change(Side::Container, "eth0").is_ok());
     }
 
     #[test]

@@ -31,6 +31,10 @@ pub struct AttachmentRecord {
     pub ifname: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub netns: Option<String>,
+    /// The daemon peer that made the attachment, when not root: the host
+    /// never opens `netns` (a path that peer named) on its behalf.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_uid: Option<u32>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cni_args: Vec<(String, String)>,
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
@@ -43,6 +47,11 @@ pub struct AttachmentRecord {
     pub node_links: Vec<RecordedLink>,
     #[serde(default, skip_serializing_if = "Vec::is_empty", with = "links")]
     pub container_links: Vec<RecordedLink>,
+    /// Settings the host itself changed on node links for this attachment
+    /// (`route_localnet` for a hairpin rule), put back by its DEL or GC
+    /// when no other attachment records the same one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub node_settings: Vec<NodeSetting>,
     /// Milliseconds since the Unix epoch.
     pub created_at: u64,
     /// Written when an ADD starts and updated as it creates links; cleared
@@ -50,6 +59,31 @@ pub struct AttachmentRecord {
     /// is what a killed ADD left: DEL and GC clean it up like any other.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub pending: bool,
+}
+
+/// A per-interface sysctl of a node link the host changed for an
+/// attachment: the link's ifindex when it was changed, the value before and
+/// the value written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeSetting {
+    pub key: String,
+    pub index: u32,
+    pub old: String,
+    pub value: String,
+}
+
+impl NodeSetting {
+    /// The same setting of the same link.
+    pub fn same(&self, other: &NodeSetting) -> bool {
+        self.key == other.key && self.index == other.index
+    }
+
+    /// The interface a `net.ipv4.conf.<dev>.<setting>` key names.
+    pub fn link_name(&self) -> Option<&str> {
+        let rest = self.key.strip_prefix("net.ipv4.conf.")?;
+        let (dev, _) = rest.rsplit_once('.')?;
+        (!dev.is_empty()).then_some(dev)
+    }
 }
 
 /// A link an attachment created, with the identity the host checks before
@@ -152,6 +186,7 @@ pub(crate) mod contract {
             container_id: cid.into(),
             ifname: ifname.into(),
             netns: Some("/run/netns/x".into()),
+            peer_uid: None,
             cni_args: vec![("K".into(), "V".into())],
             runtime_config: serde_json::Map::new(),
             result: serde_json::json!({"cniVersion": "1.1.0", "ips": []}),
@@ -161,6 +196,12 @@ pub(crate) mod contract {
                 kind: "veth".into(),
             }],
             container_links: Vec::new(),
+            node_settings: vec![NodeSetting {
+                key: "net.ipv4.conf.cni0.route_localnet".into(),
+                index: 4,
+                old: "0".into(),
+                value: "1".into(),
+            }],
             created_at: 1,
             pending: false,
         }
@@ -216,5 +257,21 @@ pub(crate) mod contract {
         let r: AttachmentRecord = serde_json::from_value(v).unwrap();
         assert_eq!(r.node_links.len(), 1);
         assert_eq!(r.node_links[0].name, "veth1");
+    }
+
+    #[test]
+    fn a_node_setting_names_its_link() {
+        let r = record("a", "eth0");
+        assert_eq!(r.node_settings[0].link_name(), Some("cni0"));
+        let odd = NodeSetting {
+            key: "net.ipv4.conf..route_localnet".into(),
+            ..r.node_settings[0].clone()
+        };
+        assert_eq!(odd.link_name(), None);
+        // Records written before node settings existed still read.
+        let mut v = serde_json::to_value(&r).unwrap();
+        v.as_object_mut().unwrap().remove("nodeSettings");
+        let old: AttachmentRecord = serde_json::from_value(v).unwrap();
+        assert!(old.node_settings.is_empty());
     }
 }
