@@ -139,6 +139,11 @@ struct PluginTestArgs {
     /// again) in turn: nothing may be left behind after any of them.
     #[arg(long)]
     faults: bool,
+    /// The whole run's bound: no plugin call runs past it (each call's
+    /// deadline is cut to what is left), and the properties not reached
+    /// by then fail, saying so. A component cannot make the run longer.
+    #[arg(long, value_name = "SECONDS", default_value_t = crate::plugin_test::DEFAULT_MAX_SECONDS)]
+    max_seconds: u64,
 }
 
 #[derive(Subcommand)]
@@ -512,7 +517,7 @@ fn pull_one(
     let compile = |path: &Path, digest: &Digest| {
         let started = std::time::Instant::now();
         runtime
-            .load_image(&name, path.to_path_buf(), digest.hex())
+            .load_image(&name, path.to_path_buf(), digest.hex(), runtime.compile_limits())
             .map_err(|e| e.to_string())?;
         eprintln!(
             "compiled into {} in {} ms",
@@ -769,6 +774,7 @@ fn plugin_test(t: PluginTestArgs) -> Result<i32, String> {
             .transpose()?,
         cni_version: t.cni_version,
         faults: t.faults,
+        time_limit: std::time::Duration::from_secs(t.max_seconds.max(1)),
     };
     let verdicts = crate::plugin_test::run(&opts)?;
     print!("{}", crate::plugin_test::render(&verdicts, t.json));

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::io::Read;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -219,12 +220,53 @@ pub fn run(vars: Vec<(String, String)>, stdin: &mut dyn Read) -> Outcome {
     run_on(&Host::new(), vars, stdin)
 }
 
+/// Who asked a daemon: the socket peer's credentials, and the container's
+/// network namespace as the peer opened it.
+#[derive(Debug, Default)]
+pub struct Peer {
+    pub uid: u32,
+    pub gid: u32,
+    pub pid: u32,
+    /// The container's network namespace, a descriptor the peer passed.
+    pub netns: Option<OwnedFd>,
+}
+
+impl Peer {
+    pub fn is_root(&self) -> bool {
+        self.uid == 0
+    }
+}
+
 /// Run one CNI invocation on a [`Host`] that others may share.
 pub fn run_on(host: &Host, vars: Vec<(String, String)>, stdin: &mut dyn Read) -> Outcome {
+    run_for(host, vars, stdin, None)
+}
+
+/// Run one CNI invocation for a daemon's socket peer, if `peer`, with no
+/// more than the peer could do itself and the operator granted
+/// ([`check_peer`]); else for this process's own caller (the runtime).
+pub fn run_for(
+    host: &Host,
+    vars: Vec<(String, String)>,
+    stdin: &mut dyn Read,
+    peer: Option<&Peer>,
+) -> Outcome {
     let (inv, conf) = match prepare(vars, stdin) {
         Prepared::Reply(out) => return out,
         Prepared::Dispatch(inv, conf) => (inv, conf),
     };
+    if let Some(peer) = peer {
+        if let Err(e) = check_peer(peer, &inv, &conf) {
+            let report = Report {
+                command: Some(inv.command),
+                network: conf.name.clone(),
+                container_id: inv.container_id.clone(),
+                ifname: inv.ifname.clone(),
+                ..Report::default()
+            };
+            return Outcome::error(e, Some(&conf.cni_version), report);
+        }
+    }
     let cni_version = conf.cni_version.clone();
     let mut report = Report {
         command: Some(inv.command),
@@ -234,7 +276,7 @@ pub fn run_on(host: &Host, vars: Vec<(String, String)>, stdin: &mut dyn Read) ->
         state_dir: Some(conf.state_dir.clone()),
         ..Report::default()
     };
-    let (out, steps) = dispatch(host, &inv, *conf);
+    let (out, steps) = dispatch(host, &inv, *conf, peer);
     report.steps = steps;
     match out {
         Ok(stdout) => Outcome::ok(stdout, report),
@@ -242,10 +284,77 @@ pub fn run_on(host: &Host, vars: Vec<(String, String)>, stdin: &mut dyn Read) ->
     }
 }
 
+/// The config keys that name a path the host opens (as root) or a server
+/// it connects to, which a non-root peer may not set: the daemon would
+/// open what the peer names with privileges the peer does not have.
+const PEER_PATH_KEYS: &[&str] = &["stateDir", "pluginDir", "cacheDir", "imageDir", "store"];
+/// Keys of a chain entry (and of its `ipam`) that name a path.
+const PEER_ENTRY_PATH_KEYS: &[&str] = &["dataDir", "resolvConf"];
+
+/// What a daemon's non-root peer may not ask for, refused before anything
+/// runs: a path of its choosing opened with the daemon's privileges (config
+/// paths; a namespace by path instead of by descriptor). Native plugins are
+/// not run for it either ([`dispatch`]). A root peer could do all of that
+/// itself.
+fn check_peer(peer: &Peer, inv: &cni::Invocation, conf: &config::NetConf) -> Result<(), CniError> {
+    if let Some(fd) = &peer.netns {
+        if !is_netns(fd) {
+            return Err(CniError::new(
+                ErrorCode::InvalidEnvironment,
+                "CNI_NETNS: the descriptor the client passed is not a network namespace",
+            ));
+        }
+    }
+    if peer.is_root() {
+        return Ok(());
+    }
+    let who = format!("uid {}", peer.uid);
+    if inv.netns.as_deref().is_some_and(|p| !p.is_empty()) && peer.netns.is_none() {
+        return Err(CniError::new(
+            ErrorCode::InvalidEnvironment,
+            format!("CNI_NETNS: a non-root daemon peer ({who}) passes the namespace as a descriptor it opened itself (a client of this version does); the daemon does not open a path on its behalf"),
+        ));
+    }
+    let refuse = |key: String| {
+        Err(CniError::new(
+            ErrorCode::InvalidConfig,
+            format!("{key}: a non-root daemon peer ({who}) may not name paths or servers: the daemon would use them with its own privileges; leave it out (the daemon's defaults apply) or call as root"),
+        ))
+    };
+    for key in PEER_PATH_KEYS {
+        if conf.raw.contains_key(*key) {
+            return refuse((*key).to_string());
+        }
+    }
+    for (i, entry) in conf.chain.iter().enumerate() {
+        let ipam = entry.raw.get("ipam").and_then(serde_json::Value::as_object);
+        for key in PEER_ENTRY_PATH_KEYS {
+            if entry.raw.contains_key(*key) {
+                return refuse(format!("chain[{i}].{key}"));
+            }
+            if ipam.is_some_and(|m| m.contains_key(*key)) {
+                return refuse(format!("chain[{i}].ipam.{key}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether `fd` is a network namespace (`NS_GET_NSTYPE`).
+fn is_netns(fd: &OwnedFd) -> bool {
+    // _IO(0xb7, 0x3), linux/nsfs.h.
+    const NS_GET_NSTYPE: libc::c_ulong = 0xb703;
+    // SAFETY: the ioctl takes no argument and only reads the descriptor,
+    // which is open for the duration of the call.
+    let kind = unsafe { libc::ioctl(fd.as_raw_fd(), NS_GET_NSTYPE as _) };
+    kind == libc::CLONE_NEWNET
+}
+
 fn dispatch(
     host: &Host,
     inv: &cni::Invocation,
     conf: config::NetConf,
+    peer: Option<&Peer>,
 ) -> (Result<String, HostError>, Vec<StepReport>) {
     let cache_dir = conf
         .cache_dir
@@ -268,12 +377,26 @@ fn dispatch(
         store,
         Box::new(KernelNet::new()),
     )
-    .with_filter(Box::new(KernelFilter::pooled(host.filter_sockets.clone())))
-    .with_cni_path(inv.path.clone());
+    .with_filter(Box::new(KernelFilter::pooled(host.filter_sockets.clone())));
+    // Native plugins run with the daemon's privileges: only for a peer that
+    // has them (the program and CNI_PATH are the peer's choice).
+    let exec = match peer {
+        Some(p) if !p.is_root() => exec.without_natives(format!(
+            "native plugins from CNI_PATH are not run for a non-root daemon peer (uid {})",
+            p.uid
+        )),
+        _ => exec.with_cni_path(inv.path.clone()),
+    };
     let att = Attachment {
         container_id: inv.container_id.clone(),
         ifname: inv.ifname.clone(),
         netns: inv.netns.clone(),
+        // The namespace the peer opened, reachable (also by a native
+        // plugin's process) while this process holds the descriptor.
+        netns_open: peer
+            .and_then(|p| p.netns.as_ref())
+            .map(|fd| format!("/proc/{}/fd/{}", std::process::id(), fd.as_raw_fd())),
+        peer_uid: peer.filter(|p| !p.is_root()).map(|p| p.uid),
         args: inv.args.clone(),
     };
     let out = match inv.command {

@@ -155,7 +155,8 @@ fn call_error(e: CallError) -> CniError {
         CallError::NotFound { .. }
         | CallError::Image { .. }
         | CallError::BadName { .. }
-        | CallError::DigestMismatch { .. } => CniError::new(ErrorCode::InvalidConfig, msg),
+        | CallError::DigestMismatch { .. }
+        | CallError::CompileLimit { .. } => CniError::new(ErrorCode::InvalidConfig, msg),
         // A cluster store out of reach at commit: nothing was written.
         CallError::Store { source, .. } if crate::store::etcd::is_unavailable(&source) => {
             CniError::new(ErrorCode::TryAgainLater, msg)

@@ -4,6 +4,14 @@
 use std::io::{Read, Write};
 
 fn main() {
+    // Components are compiled in a child process of this executable, under
+    // a deadline and a memory bound (sandbox::compile).
+    if std::env::args_os().nth(1).as_deref()
+        == Some(std::ffi::OsStr::new(wasm_cni::sandbox::compile::CHILD_COMMAND))
+    {
+        std::process::exit(wasm_cni::sandbox::compile::child_main());
+    }
+    wasm_cni::sandbox::compile::use_child_process();
     if std::env::var_os("CNI_COMMAND").is_some() {
         let vars = std::env::vars_os()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))

@@ -47,6 +47,7 @@ fuzz_target!(|data: &[u8]| {
         prev_result,
         cni_version,
         faults: false,
+        time_limit: std::time::Duration::from_secs(60),
     };
     if let Err(Unprepared::Restaged(why)) = prepare(&opts, rt) {
         panic!("{why}");

@@ -75,6 +75,11 @@ pub struct Limits {
     /// `REGISTRY/REPOSITORY@sha256:…`: the component comes from the image
     /// store instead of pluginDir (checked where it is loaded).
     pub image: Option<String>,
+    /// Bounds on loading the component: its size, and the time and memory
+    /// compiling it may take.
+    pub max_component_bytes: Option<u64>,
+    pub compile_ms: Option<u64>,
+    pub compile_memory_bytes: Option<u64>,
 }
 
 fn decoding(why: impl std::fmt::Display) -> CniError {
@@ -374,6 +379,9 @@ fn parse_limits(at: &str, v: Option<&Value>) -> Result<Limits, CniError> {
             "deadlineMs" => &mut limits.deadline_ms,
             "maxResultBytes" => &mut limits.max_result_bytes,
             "hostCallBudget" => &mut limits.host_call_budget,
+            "maxComponentBytes" => &mut limits.max_component_bytes,
+            "compileMs" => &mut limits.compile_ms,
+            "compileMemoryBytes" => &mut limits.compile_memory_bytes,
             "sha256" => {
                 limits.sha256 = match value {
                     Value::Null => None,
@@ -750,6 +758,7 @@ mod tests {
         let c = parse(
             &with(r#"{"chain":[{"type":"portmap","capabilities":{"portMappings":true,"bandwidth":false,"mac":true},
                 "wasm":{"memoryBytes":67108864,"deadlineMs":2000,"maxResultBytes":65536,"hostCallBudget":1000,
+                "maxComponentBytes":1048576,"compileMs":500,"compileMemoryBytes":268435456,
                 "sha256":"ABCDEF0123456789abcdef0123456789ABCDEF0123456789abcdef0123456789",
                 "image":"reg.example/cni/portmap@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}}]}"#),
             Command::Add,
@@ -770,6 +779,9 @@ mod tests {
                 image: Some(
                     "reg.example/cni/portmap@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef".into()
                 ),
+                max_component_bytes: Some(1 << 20),
+                compile_ms: Some(500),
+                compile_memory_bytes: Some(256 << 20),
             }
         );
         let c = parse(

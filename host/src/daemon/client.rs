@@ -11,6 +11,7 @@
 //! A daemon that does not answer in time is "try again later" (11).
 
 use std::io::Write;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -55,6 +56,37 @@ struct Peek {
     /// How long the chain may take: every plugin's and IPAM delegate's
     /// deadline, summed.
     budget: Duration,
+}
+
+/// How long the chain of a request's config may take: every plugin's and
+/// IPAM delegate's deadline, summed (the default when there is no chain).
+pub fn budget_of(stdin: &[u8]) -> Duration {
+    let Ok(Value::Object(conf)) = serde_json::from_slice::<Value>(stdin) else {
+        return Duration::from_millis(DEFAULT_DEADLINE_MS);
+    };
+    budget(&conf)
+}
+
+fn budget(conf: &serde_json::Map<String, Value>) -> Duration {
+    let deadline = |v: Option<&Value>| {
+        v.and_then(|w| w.get("deadlineMs"))
+            .and_then(Value::as_u64)
+            .unwrap_or(DEFAULT_DEADLINE_MS)
+    };
+    let ms = conf
+        .get("chain")
+        .and_then(Value::as_array)
+        .map(|chain| {
+            chain
+                .iter()
+                .map(|e| {
+                    let ipam = e.get("ipam").map_or(0, |i| deadline(i.get("wasm")));
+                    deadline(e.get("wasm")).saturating_add(ipam)
+                })
+                .fold(0u64, u64::saturating_add)
+        })
+        .unwrap_or(DEFAULT_DEADLINE_MS);
+    Duration::from_millis(ms)
 }
 
 fn peek(stdin: &[u8]) -> Result<Peek, (CniError, Option<String>)> {
@@ -102,29 +134,11 @@ fn peek(stdin: &[u8]) -> Result<Peek, (CniError, Option<String>)> {
             ))
         }
     };
-    let deadline = |v: Option<&Value>| {
-        v.and_then(|w| w.get("deadlineMs"))
-            .and_then(Value::as_u64)
-            .unwrap_or(DEFAULT_DEADLINE_MS)
-    };
-    let budget_ms = conf
-        .get("chain")
-        .and_then(Value::as_array)
-        .map(|chain| {
-            chain
-                .iter()
-                .map(|e| {
-                    let ipam = e.get("ipam").map_or(0, |i| deadline(i.get("wasm")));
-                    deadline(e.get("wasm")).saturating_add(ipam)
-                })
-                .fold(0u64, u64::saturating_add)
-        })
-        .unwrap_or(DEFAULT_DEADLINE_MS);
     Ok(Peek {
         mode,
         socket,
         cni_version,
-        budget: Duration::from_millis(budget_ms),
+        budget: budget(&conf),
     })
 }
 
@@ -146,7 +160,8 @@ pub fn run(vars: Vec<(String, String)>, stdin: Vec<u8>) -> Response {
     let command = vars
         .iter()
         .find(|(k, _)| k == "CNI_COMMAND")
-        .map(|(_, v)| v.as_str());
+        .map(|(_, v)| v.clone());
+    let command = command.as_deref();
     let peeked = match command {
         // VERSION needs no daemon, and an unknown verb is the edge's error.
         Some("ADD" | "DEL" | "CHECK" | "STATUS" | "GC") => peek(&stdin),
@@ -191,14 +206,25 @@ pub fn run(vars: Vec<(String, String)>, stdin: Vec<u8>) -> Response {
             );
         }
     };
-    let request = Request {
-        env: vars
-            .into_iter()
-            .filter(|(k, _)| wire::forwarded(k))
-            .collect(),
-        stdin,
+    let mut env: Vec<(String, String)> = vars
+        .into_iter()
+        .filter(|(k, _)| wire::forwarded(k))
+        .collect();
+    // The namespace goes as a descriptor this client opened with its own
+    // credentials, in its own mount namespace: the daemon never opens a
+    // path on a peer's behalf (and may not even see it).
+    let netns = match open_netns(command, &mut env) {
+        Ok(fd) => fd,
+        Err(e) => return reply(e, peek.cni_version.as_deref()),
     };
-    match exchange(stream, &request, peek.budget + SLACK) {
+    let wait = peek.budget + SLACK;
+    let request = Request {
+        env,
+        stdin,
+        netns_fd: netns.is_some(),
+        wait_ms: Some(u32::try_from(wait.as_millis()).unwrap_or(u32::MAX)),
+    };
+    match exchange(stream, &request, netns, wait) {
         Ok(r) => r,
         Err(why) => reply(
             CniError::new(
@@ -213,14 +239,82 @@ pub fn run(vars: Vec<(String, String)>, stdin: Vec<u8>) -> Response {
     }
 }
 
-fn exchange(mut stream: UnixStream, request: &Request, wait: Duration) -> Result<Response, String> {
+/// `CNI_NETNS`, opened for ADD, CHECK and DEL. A DEL whose namespace
+/// cannot be opened goes on without one (the runtime may call DEL once the
+/// namespace is gone); ADD and CHECK fail here, as a plugin would.
+fn open_netns(
+    command: Option<&str>,
+    env: &mut Vec<(String, String)>,
+) -> Result<Option<OwnedFd>, CniError> {
+    if !matches!(command, Some("ADD" | "CHECK" | "DEL")) {
+        return Ok(None);
+    }
+    let Some(path) = env
+        .iter()
+        .find(|(k, _)| k == "CNI_NETNS")
+        .map(|(_, v)| v.clone())
+        .filter(|p| !p.is_empty())
+    else {
+        return Ok(None);
+    };
+    use rustix::fs::{open, Mode, OFlags};
+    match open(path.as_str(), OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()) {
+        Ok(fd) => Ok(Some(fd)),
+        Err(e) if command == Some("DEL") => {
+            crate::log::info(format_args!(
+                "CNI_NETNS {path:?} cannot be opened ({e}): DEL without it"
+            ));
+            env.retain(|(k, _)| k != "CNI_NETNS");
+            Ok(None)
+        }
+        Err(e) => Err(CniError::new(
+            ErrorCode::Internal,
+            format!("failed to open netns {path:?}: {e}"),
+        )),
+    }
+}
+
+/// Send `bytes`, the first of them with `fd` attached (`SCM_RIGHTS`).
+fn send(stream: &mut UnixStream, bytes: &[u8], fd: Option<&OwnedFd>) -> std::io::Result<()> {
+    use rustix::net::{sendmsg, SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+    let Some(fd) = fd else {
+        return stream.write_all(bytes);
+    };
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut cmsg = SendAncillaryBuffer::new(&mut space);
+    let fds = [fd.as_fd()];
+    if !cmsg.push(SendAncillaryMessage::ScmRights(&fds)) {
+        return Err(std::io::Error::other("no room for the descriptor"));
+    }
+    let n = loop {
+        match sendmsg(
+            &*stream,
+            &[std::io::IoSlice::new(bytes)],
+            &mut cmsg,
+            SendFlags::NOSIGNAL,
+        ) {
+            Ok(n) => break n,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    };
+    stream.write_all(&bytes[n..])
+}
+
+fn exchange(
+    mut stream: UnixStream,
+    request: &Request,
+    netns: Option<OwnedFd>,
+    wait: Duration,
+) -> Result<Response, String> {
     stream
         .set_write_timeout(Some(wait))
         .and_then(|()| stream.set_read_timeout(Some(wait)))
         .map_err(|e| e.to_string())?;
     // A daemon that refuses this client answers before reading it all:
     // the answer, if there is one, says more than the broken pipe.
-    let sent = stream.write_all(&request.encode());
+    let sent = send(&mut stream, &request.encode(), netns.as_ref());
+    drop(netns);
     // Tell the daemon the request is complete; the answer still comes back.
     let _ = stream.shutdown(std::net::Shutdown::Write);
     match (Response::read(&mut stream), sent) {

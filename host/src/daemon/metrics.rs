@@ -19,6 +19,7 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
@@ -206,77 +207,273 @@ impl Metrics {
     }
 }
 
-/// Serve `GET /metrics` on `addr` from a thread of its own.
+/// Scrape connections served at once. A new one beyond them evicts the
+/// oldest that has not sent its whole request: a scraper sends its request
+/// at once, so stalled connections cannot crowd it out.
+const MAX_SCRAPES: usize = 64;
+/// The whole exchange of one connection (request head in, answer out).
+const SCRAPE_DEADLINE: Duration = Duration::from_secs(2);
+/// A request head larger than this is answered as it stands.
+const MAX_HEAD: usize = 8 << 10;
+
+/// Serve `GET /metrics` on `addr` from a thread of its own. The socket at
+/// a `unix:` address was checked by the caller ([`super::prepare_socket_path`]).
 pub fn serve(
     addr: MetricsAddr,
     render: impl Fn() -> String + Send + Sync + 'static,
 ) -> Result<(), String> {
-    let render = std::sync::Arc::new(render);
-    match addr {
+    let listener = match &addr {
         MetricsAddr::Unix(path) => {
-            let _ = std::fs::remove_file(&path);
-            let l = UnixListener::bind(&path)
+            let l = UnixListener::bind(path)
                 .map_err(|e| format!("metrics socket {}: {e}", path.display()))?;
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
                 .map_err(|e| format!("metrics socket {}: {e}", path.display()))?;
-            spawn(move || {
-                for s in l.incoming().flatten() {
-                    answer(s, &*render);
-                }
-            })
+            Listener::Unix(l)
         }
-        MetricsAddr::Tcp(a) => {
-            let l = TcpListener::bind(a).map_err(|e| format!("metrics address {a}: {e}"))?;
-            spawn(move || {
-                for s in l.incoming().flatten() {
-                    answer(s, &*render);
-                }
-            })
-        }
-    }
-}
-
-fn spawn(f: impl FnOnce() + Send + 'static) -> Result<(), String> {
+        MetricsAddr::Tcp(a) => Listener::Tcp(
+            TcpListener::bind(a).map_err(|e| format!("metrics address {a}: {e}"))?,
+        ),
+    };
+    listener
+        .set_nonblocking()
+        .map_err(|e| format!("metrics: {e}"))?;
     std::thread::Builder::new()
         .name("wasm-cni-metrics".into())
-        .spawn(f)
+        .spawn(move || event_loop(&listener, &render))
         .map(drop)
         .map_err(|e| format!("starting the metrics thread: {e}"))
 }
 
-trait Conn: Read + Write {
-    fn timeouts(&self, d: Duration);
+enum Listener {
+    Unix(UnixListener),
+    Tcp(TcpListener),
 }
 
-impl Conn for std::os::unix::net::UnixStream {
-    fn timeouts(&self, d: Duration) {
-        let _ = self.set_read_timeout(Some(d));
-        let _ = self.set_write_timeout(Some(d));
-    }
-}
-
-impl Conn for std::net::TcpStream {
-    fn timeouts(&self, d: Duration) {
-        let _ = self.set_read_timeout(Some(d));
-        let _ = self.set_write_timeout(Some(d));
-    }
-}
-
-/// One HTTP/1.1 exchange: the request head (at most 8 KiB, within 2 s),
-/// then the exposition or 404, then close.
-fn answer(mut s: impl Conn, render: &dyn Fn() -> String) {
-    s.timeouts(Duration::from_secs(2));
-    let mut head = Vec::new();
-    let mut buf = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 8 << 10 {
-        match s.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => head.extend_from_slice(&buf[..n]),
+impl Listener {
+    fn set_nonblocking(&self) -> io::Result<()> {
+        match self {
+            Listener::Unix(l) => l.set_nonblocking(true),
+            Listener::Tcp(l) => l.set_nonblocking(true),
         }
     }
-    let line = String::from_utf8_lossy(&head);
+
+    fn accept(&self) -> io::Result<Stream> {
+        let s = match self {
+            Listener::Unix(l) => Stream::Unix(l.accept()?.0),
+            Listener::Tcp(l) => Stream::Tcp(l.accept()?.0),
+        };
+        s.set_nonblocking()?;
+        Ok(s)
+    }
+
+    fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Listener::Unix(l) => l.as_fd(),
+            Listener::Tcp(l) => l.as_fd(),
+        }
+    }
+}
+
+enum Stream {
+    Unix(std::os::unix::net::UnixStream),
+    Tcp(std::net::TcpStream),
+}
+
+impl Stream {
+    fn set_nonblocking(&self) -> io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.set_nonblocking(true),
+            Stream::Tcp(s) => s.set_nonblocking(true),
+        }
+    }
+
+    fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Stream::Unix(s) => s.as_fd(),
+            Stream::Tcp(s) => s.as_fd(),
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Unix(s) => s.read(buf),
+            Stream::Tcp(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Unix(s) => s.write(buf),
+            Stream::Tcp(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// One scrape connection: reading its request head, then writing the
+/// answer; gone at its deadline either way.
+struct Scrape {
+    stream: Stream,
+    deadline: Instant,
+    head: Vec<u8>,
+    /// The answer and how much of it is sent.
+    out: Option<(Vec<u8>, usize)>,
+}
+
+impl Scrape {
+    /// Read what is there; once the head is complete (or the peer stops
+    /// sending), make the answer. `false`: done with this connection.
+    fn on_readable(&mut self, render: &dyn Fn() -> String) -> bool {
+        let mut buf = [0u8; 1024];
+        loop {
+            match self.stream.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    self.head.extend_from_slice(&buf[..n]);
+                    if complete(&self.head) || self.head.len() >= MAX_HEAD {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return false,
+            }
+        }
+        self.out = Some((response(&self.head, render).into_bytes(), 0));
+        self.on_writable()
+    }
+
+    /// Send what the socket takes. `false`: done with this connection.
+    fn on_writable(&mut self) -> bool {
+        let Some((out, sent)) = &mut self.out else {
+            return true;
+        };
+        while *sent < out.len() {
+            match self.stream.write(&out[*sent..]) {
+                Ok(0) => return false,
+                Ok(n) => *sent += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    if e.kind() != io::ErrorKind::BrokenPipe {
+                        log::debug(format_args!("metrics: {e}"));
+                    }
+                    return false;
+                }
+            }
+        }
+        false
+    }
+}
+
+fn complete(head: &[u8]) -> bool {
+    head.windows(4).any(|w| w == b"\r\n\r\n")
+}
+
+/// Every scrape connection is served by one poll loop: nothing one peer
+/// does (connect and send nothing, trickle bytes, not read the answer)
+/// holds up another beyond its own deadline.
+fn event_loop(listener: &Listener, render: &dyn Fn() -> String) {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let mut scrapes: Vec<Scrape> = Vec::new();
+    loop {
+        let now = Instant::now();
+        scrapes.retain(|s| s.deadline > now);
+        let wait = scrapes
+            .iter()
+            .map(|s| s.deadline.saturating_duration_since(now))
+            .min();
+        let (ready, accept) = {
+            let mut fds = Vec::with_capacity(scrapes.len() + 1);
+            fds.push(PollFd::from_borrowed_fd(listener.fd(), PollFlags::IN));
+            for s in &scrapes {
+                let want = if s.out.is_some() {
+                    PollFlags::OUT
+                } else {
+                    PollFlags::IN
+                };
+                fds.push(PollFd::from_borrowed_fd(s.stream.fd(), want));
+            }
+            let timeout = wait.map(|w| Timespec {
+                tv_sec: w.as_secs() as i64,
+                tv_nsec: i64::from(w.subsec_nanos()),
+            });
+            match poll(&mut fds, timeout.as_ref()) {
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => {
+                    log::error(format_args!("metrics: poll: {e}"));
+                    return;
+                }
+            }
+            let ready: Vec<bool> = fds[1..].iter().map(|f| !f.revents().is_empty()).collect();
+            (ready, !fds[0].revents().is_empty())
+        };
+        let mut keep = Vec::with_capacity(scrapes.len());
+        for (mut s, ready) in scrapes.drain(..).zip(ready) {
+            let alive = match (ready, s.out.is_some()) {
+                (false, _) => true,
+                (true, false) => s.on_readable(render),
+                (true, true) => s.on_writable(),
+            };
+            if alive {
+                keep.push(s);
+            }
+        }
+        scrapes = keep;
+        if !accept {
+            continue;
+        }
+        loop {
+            let stream = match listener.accept() {
+                Ok(s) => s,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            };
+            let mut s = Scrape {
+                stream,
+                deadline: Instant::now() + SCRAPE_DEADLINE,
+                head: Vec::new(),
+                out: None,
+            };
+            // A scraper's request is usually there as soon as it connects:
+            // served now, it is never among those evicted below.
+            if !s.on_readable(render) {
+                continue;
+            }
+            if scrapes.len() >= MAX_SCRAPES {
+                // The oldest still sending its request goes; if all are
+                // being answered, the newcomer is closed (they finish
+                // within their deadline).
+                match scrapes
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, s)| s.out.is_none())
+                    .min_by_key(|(_, s)| s.deadline)
+                    .map(|(i, _)| i)
+                {
+                    Some(i) => drop(scrapes.swap_remove(i)),
+                    None => continue,
+                }
+            }
+            scrapes.push(s);
+        }
+    }
+}
+
+/// The answer to a request head: the exposition for `GET /metrics`, else
+/// 404.
+fn response(head: &[u8], render: &dyn Fn() -> String) -> String {
+    let line = String::from_utf8_lossy(head);
     let target = line.split_whitespace().take(2).collect::<Vec<_>>();
-    let response = match target.as_slice() {
+    match target.as_slice() {
         ["GET", "/metrics"] => {
             let body = render();
             format!(
@@ -285,11 +482,6 @@ fn answer(mut s: impl Conn, render: &dyn Fn() -> String) {
             )
         }
         _ => "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".into(),
-    };
-    if let Err(e) = s.write_all(response.as_bytes()) {
-        if e.kind() != io::ErrorKind::BrokenPipe {
-            log::debug(format_args!("metrics: {e}"));
-        }
     }
 }
 

@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::cni::{CniError, Command, ErrorCode};
-use crate::edge::{self, Host, Outcome};
+use crate::edge::{self, Host, Outcome, Peer};
 use crate::log::{self, Level};
 use metrics::Metrics;
 pub use metrics::MetricsAddr;
@@ -60,6 +60,12 @@ pub struct Options {
     pub max_concurrent: usize,
     /// A peer has this long to send its whole request.
     pub read_timeout: Duration,
+    /// Connections open at once, all peers together; more are refused.
+    pub max_connections: usize,
+    /// Connections one non-root peer (uid) may hold open at once.
+    pub max_peer_connections: usize,
+    /// How long SIGTERM waits for the requests in flight before exiting.
+    pub drain_timeout: Duration,
     pub json_log: bool,
 }
 
@@ -72,6 +78,9 @@ impl Options {
             metrics: None,
             max_concurrent: 64,
             read_timeout: Duration::from_secs(5),
+            max_connections: 512,
+            max_peer_connections: 16,
+            drain_timeout: Duration::from_secs(20),
             json_log: false,
         }
     }
@@ -84,12 +93,18 @@ struct Shared {
     turns: Turns,
     metrics: Metrics,
     slots: Arc<Slots>,
+    conns: Conns,
     stopping: AtomicBool,
 }
 
-/// Run until SIGTERM or SIGINT; `Ok` once everything in flight is done.
+/// Run until SIGTERM or SIGINT; `Ok` once everything in flight is done, or
+/// the drain bound has passed.
 pub fn serve(opts: Options) -> Result<(), String> {
     let signals = block_signals()?;
+    if let Some(MetricsAddr::Unix(path)) = &opts.metrics {
+        // Checked before anything binds: never remove what is not ours.
+        prepare_socket_path(path)?;
+    }
     let (listener, owned) = listen(&opts.socket)?;
     listener
         .set_nonblocking(true)
@@ -100,6 +115,7 @@ pub fn serve(opts: Options) -> Result<(), String> {
         metrics: Metrics::new(),
         slots: Arc::new(Slots::new(opts.max_concurrent.max(1))),
         turns: Turns::default(),
+        conns: Conns::default(),
         host,
         stopping: AtomicBool::new(false),
         opts,
@@ -122,13 +138,26 @@ pub fn serve(opts: Options) -> Result<(), String> {
     if owned {
         let _ = fs::remove_file(&shared.opts.socket);
     }
+    // Requests still arriving are cut off, queued ones answered "try
+    // again later"; those running finish, within the drain bound.
+    shared.conns.cut_readers();
+    shared.slots.wake_all();
     tracing::info!(
         event = "stopping",
         in_flight = shared.slots.busy(),
         "stopping: finishing the requests in flight"
     );
-    shared.slots.wait_idle();
-    tracing::info!(event = "stop", "stopped");
+    let drain = shared.opts.drain_timeout;
+    if shared.slots.wait_idle_until(Instant::now() + drain) {
+        tracing::info!(event = "stop", "stopped");
+    } else {
+        tracing::warn!(
+            event = "stop",
+            in_flight = shared.slots.busy(),
+            "stopped with requests still in flight: the drain bound of {} ms passed (their pending records let DEL and GC clean up)",
+            drain.as_millis()
+        );
+    }
     Ok(())
 }
 
@@ -152,22 +181,7 @@ fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener, wake: &OwnedFd) {
         }
         loop {
             match listener.accept() {
-                Ok((stream, _)) => {
-                    let s = shared.clone();
-                    let slot = s.slots.take();
-                    let spawned = std::thread::Builder::new()
-                        .name("wasm-cni-request".into())
-                        // Wasm runs on this thread's stack (1 MiB at most)
-                        // above the host's own frames.
-                        .stack_size(8 << 20)
-                        .spawn(move || {
-                            let _slot = slot;
-                            handle(&s, stream);
-                        });
-                    if let Err(e) = spawned {
-                        log::error(format_args!("daemon: cannot start a request thread: {e}"));
-                    }
-                }
+                Ok((stream, _)) => admit(shared, stream),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
@@ -179,18 +193,73 @@ fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener, wake: &OwnedFd) {
     }
 }
 
-/// Why a connection got no service.
-fn refuse(shared: &Shared, stream: &mut UnixStream, reason: &'static str, detail: String) {
+/// Check a new connection's peer and give it a thread of its own to send
+/// its request on. Nothing here waits: a peer that connects and sends
+/// nothing holds a connection (within its bound), never a request slot.
+fn admit(shared: &Arc<Shared>, stream: UnixStream) {
+    // Refusals are written without waiting (they fit the socket's buffer).
+    let _ = stream.set_nonblocking(true);
+    let peer = match rustix::net::sockopt::socket_peercred(&stream) {
+        Ok(c) => c,
+        Err(e) => return refuse(shared, &stream, "peer", format!("no peer credentials: {e}")),
+    };
+    let (uid, gid, pid) = (
+        peer.uid.as_raw(),
+        peer.gid.as_raw(),
+        peer.pid.as_raw_nonzero().get() as u32,
+    );
+    let allowed =
+        uid == 0 || shared.opts.allow_uids.contains(&uid) || shared.opts.allow_gids.contains(&gid);
+    if !allowed {
+        return refuse(
+            shared,
+            &stream,
+            "peer",
+            format!("peer pid {pid} uid {uid} gid {gid} is not root and not allowed (--allow-uid, --allow-gid)"),
+        );
+    }
+    let guard = match shared.conns.admit(shared, uid, &stream) {
+        Ok(g) => g,
+        Err(why) => return refuse(shared, &stream, "busy", why),
+    };
+    let s = shared.clone();
+    let spawned = std::thread::Builder::new()
+        .name("wasm-cni-request".into())
+        // Wasm runs on this thread's stack (1 MiB at most) above the
+        // host's own frames.
+        .stack_size(8 << 20)
+        .spawn(move || {
+            let peer = Peer {
+                uid,
+                gid,
+                pid,
+                netns: None,
+            };
+            handle(&s, stream, peer, guard);
+        });
+    if let Err(e) = spawned {
+        log::error(format_args!("daemon: cannot start a request thread: {e}"));
+    }
+}
+
+/// Why a connection got no service: counted, logged, and told to the peer
+/// if it listens.
+fn refuse(shared: &Shared, stream: &UnixStream, reason: &'static str, detail: String) {
     shared.metrics.refused(reason);
     tracing::warn!(event = "refused", reason, "refused a connection: {detail}");
     let e = CniError::new(ErrorCode::Internal, format!("wasm-cni daemon: {detail}"));
+    answer(stream, e, None);
+}
+
+/// Send an error answer, waiting at most a second for the peer to take it.
+fn answer(stream: &UnixStream, e: CniError, cni_version: Option<&str>) {
     let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
     let _ = Response {
         exit_code: 1,
-        stdout: e.to_json(None),
+        stdout: e.to_json(cni_version),
         stderr: String::new(),
     }
-    .write(stream);
+    .write(&mut &*stream);
 }
 
 /// CPU time (user + system) this thread has used.
@@ -205,50 +274,53 @@ fn thread_cpu() -> Duration {
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
-fn handle(shared: &Shared, mut stream: UnixStream) {
+/// Whether the client closed its end: it gave up (its runtime got "try
+/// again later"), so what it asked must not be started, or must be undone.
+fn client_gone(stream: &UnixStream) -> bool {
+    use rustix::event::{poll, PollFd, PollFlags};
+    let mut fds = [PollFd::new(stream, PollFlags::IN)];
+    match poll(&mut fds, Some(&rustix::event::Timespec::default())) {
+        // HUP: both directions shut (a client only shuts its writing side
+        // once its request is sent, and keeps reading for the answer).
+        Ok(_) => fds[0]
+            .revents()
+            .intersects(PollFlags::HUP | PollFlags::ERR),
+        Err(_) => false,
+    }
+}
+
+fn handle(shared: &Shared, stream: UnixStream, mut peer: Peer, guard: ConnGuard) {
     let started = Instant::now();
     let cpu_started = thread_cpu();
     // Nonblocking was the listener's; this thread waits.
     if stream.set_nonblocking(false).is_err() {
         return;
     }
-    let cred = match rustix::net::sockopt::socket_peercred(&stream) {
-        Ok(c) => c,
-        Err(e) => {
+    let uid = peer.uid;
+    let mut reader = PeerReader {
+        stream: &stream,
+        deadline: started + shared.opts.read_timeout,
+        fds: Vec::new(),
+    };
+    let read = Request::read(&mut reader);
+    let mut fds = std::mem::take(&mut reader.fds);
+    shared.conns.read_done(guard.id);
+    let request = match read {
+        Ok(r) => r,
+        Err(_) if shared.stopping.load(Ordering::SeqCst) => {
             return refuse(
                 shared,
-                &mut stream,
-                "peer",
-                format!("no peer credentials: {e}"),
-            )
+                &stream,
+                "stopping",
+                format!("uid {uid}: the daemon is stopping"),
+            );
         }
-    };
-    let (uid, gid) = (cred.uid.as_raw(), cred.gid.as_raw());
-    let allowed =
-        uid == 0 || shared.opts.allow_uids.contains(&uid) || shared.opts.allow_gids.contains(&gid);
-    if !allowed {
-        return refuse(
-            shared,
-            &mut stream,
-            "peer",
-            format!(
-                "peer pid {} uid {uid} gid {gid} is not root and not allowed (--allow-uid, --allow-gid)",
-                cred.pid.as_raw_nonzero()
-            ),
-        );
-    }
-    let deadline = started + shared.opts.read_timeout;
-    let request = match Request::read(&mut DeadlineReader {
-        stream: &stream,
-        deadline,
-    }) {
-        Ok(r) => r,
         Err(e) if e.is_timeout() => {
             let ms = shared.opts.read_timeout.as_millis();
             let detail = format!(
                 "the request took too long: uid {uid} sent no whole request within {ms} ms"
             );
-            return refuse(shared, &mut stream, "timeout", detail);
+            return refuse(shared, &stream, "timeout", detail);
         }
         Err(e) => {
             let reason = match &e {
@@ -258,69 +330,162 @@ fn handle(shared: &Shared, mut stream: UnixStream) {
             };
             return refuse(
                 shared,
-                &mut stream,
+                &stream,
                 reason,
                 format!("bad request from uid {uid}: {e}"),
             );
         }
     };
+    // One descriptor, exactly when the request says it brings one.
+    if fds.len() > 1 || request.netns_fd != (fds.len() == 1) {
+        return refuse(
+            shared,
+            &stream,
+            "malformed",
+            format!(
+                "bad request from uid {uid}: {} descriptor(s) passed, {} announced",
+                fds.len(),
+                u8::from(request.netns_fd)
+            ),
+        );
+    }
+    peer.netns = fds.pop();
     let vars: Vec<(String, String)> = request
         .env
         .into_iter()
         .filter(|(k, _)| wire::forwarded(k))
         .collect();
     let var = |k: &str| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    let verb = var("CNI_COMMAND").unwrap_or_default().to_string();
     let level = var("WASM_CNI_LOG")
         .and_then(Level::parse)
         .unwrap_or(log::DEFAULT_LEVEL);
-    let key = match var("CNI_COMMAND") {
-        Some("ADD" | "DEL" | "CHECK") => Some((
+    let cni_version = cni_version_of(&request.stdin);
+    // Past this instant the client would give up before the chain could
+    // finish: such a request is not started.
+    let start_by = request.wait_ms.map(|w| {
+        let budget = client::budget_of(&request.stdin);
+        started + Duration::from_millis(u64::from(w)).saturating_sub(budget)
+    });
+    let stopping = || {
+        let code = match verb.as_str() {
+            "STATUS" => ErrorCode::StatusUnavailable,
+            _ => ErrorCode::TryAgainLater,
+        };
+        CniError::new(code, "the wasm-cni daemon is shutting down")
+    };
+    let Some(_slot) = shared.slots.take(&shared.stopping) else {
+        shared.metrics.refused("stopping");
+        return answer(&stream, stopping(), cni_version.as_deref());
+    };
+    let key = match verb.as_str() {
+        "ADD" | "DEL" | "CHECK" => Some((
             network_of(&request.stdin),
             var("CNI_CONTAINERID").unwrap_or_default().to_string(),
             var("CNI_IFNAME").unwrap_or_default().to_string(),
         )),
         _ => None,
     };
-    let (out, logged) = {
-        let _turn = key.map(|k| shared.turns.enter(k));
-        log::capture(level, || {
-            if shared.stopping.load(Ordering::SeqCst) && var("CNI_COMMAND") == Some("STATUS") {
-                let e = CniError::new(
-                    ErrorCode::StatusUnavailable,
-                    "the wasm-cni daemon is shutting down",
-                );
-                return Outcome {
-                    stdout: e.to_json(None),
-                    exit_code: 1,
-                    report: edge::Report::default(),
-                };
-            }
-            edge::run_on(&shared.host, vars.clone(), &mut request.stdin.as_slice())
-        })
-    };
+    let turn = key.map(|k| shared.turns.enter(k));
+    // What waited for a slot or its turn may have been given up on.
+    if client_gone(&stream) {
+        shared.metrics.refused("abandoned");
+        tracing::warn!(
+            event = "abandoned",
+            verb = verb.as_str(),
+            container_id = var("CNI_CONTAINERID").unwrap_or_default(),
+            "not started: the client went away while the request waited"
+        );
+        return;
+    }
+    if start_by.is_some_and(|t| Instant::now() > t) {
+        shared.metrics.refused("late");
+        let e = CniError::new(
+            ErrorCode::TryAgainLater,
+            format!(
+                "the wasm-cni daemon could not start the request before its client would give up (it waited {} ms for a slot or for another request on the same attachment)",
+                started.elapsed().as_millis()
+            ),
+        );
+        return answer(&stream, e, cni_version.as_deref());
+    }
+    if shared.stopping.load(Ordering::SeqCst) {
+        shared.metrics.refused("stopping");
+        return answer(&stream, stopping(), cni_version.as_deref());
+    }
+    let (out, logged) = log::capture(level, || {
+        edge::run_for(
+            &shared.host,
+            vars.clone(),
+            &mut request.stdin.as_slice(),
+            Some(&peer),
+        )
+    });
     // Counted and logged before the answer goes out: a client holding its
     // answer (or a test, or an operator's script) finds both already there.
     let took = started.elapsed();
     let cpu = thread_cpu().saturating_sub(cpu_started);
     shared.metrics.observe(&out.report, took);
     request_log(&out, took, cpu);
-    let _ = stream.set_write_timeout(Some(Duration::from_secs(10)));
-    let sent = Response {
-        exit_code: out.exit_code,
-        stdout: out.stdout,
-        stderr: logged,
-    }
-    .write(&mut stream);
+    let sent = if client_gone(&stream) {
+        Err(io::Error::new(
+            io::ErrorKind::BrokenPipe,
+            "the client went away",
+        ))
+    } else {
+        let _ = stream.set_write_timeout(Some(Duration::from_secs(10)));
+        Response {
+            exit_code: out.exit_code,
+            stdout: out.stdout,
+            stderr: logged,
+        }
+        .write(&mut &stream)
+    };
     if let Err(e) = sent {
-        // The work is done (and recorded); the client went away or stalled.
-        // Its runtime retries or GC reconciles; say so for the operator.
+        // Its runtime took the ADD as failed: undo it now (still in this
+        // attachment's turn), so that nothing stays that nobody asked for.
+        let undo = verb == "ADD" && out.exit_code == 0;
         tracing::warn!(
             event = "undelivered",
             container_id = out.report.container_id.as_str(),
             error = %e,
-            "the answer could not be delivered"
+            undo,
+            "the answer could not be delivered{}",
+            if undo { "; undoing the ADD" } else { "" }
         );
+        if undo {
+            undo_add(shared, &vars, &request.stdin, &peer);
+        }
     }
+    drop(turn);
+}
+
+/// DEL what an ADD whose answer never reached its client made.
+fn undo_add(shared: &Shared, vars: &[(String, String)], stdin: &[u8], peer: &Peer) {
+    let vars: Vec<(String, String)> = vars
+        .iter()
+        .map(|(k, v)| match k.as_str() {
+            "CNI_COMMAND" => (k.clone(), "DEL".to_string()),
+            _ => (k.clone(), v.clone()),
+        })
+        .collect();
+    let (out, _) = log::capture(Level::Warn, || {
+        edge::run_for(&shared.host, vars, &mut &stdin[..], Some(peer))
+    });
+    shared.metrics.observe(&out.report, Duration::ZERO);
+    tracing::info!(
+        event = "undone",
+        container_id = out.report.container_id.as_str(),
+        outcome = if out.exit_code == 0 { "ok" } else { "error" },
+        "the undelivered ADD was deleted"
+    );
+}
+
+/// `cniVersion` of a request's config, for its error answers.
+fn cni_version_of(stdin: &[u8]) -> Option<String> {
+    serde_json::from_slice::<Value>(stdin)
+        .ok()
+        .and_then(|v| v.get("cniVersion")?.as_str().map(str::to_string))
 }
 
 /// The network a request is for, to order requests per attachment.
@@ -331,15 +496,18 @@ fn network_of(stdin: &[u8]) -> String {
         .unwrap_or_default()
 }
 
-/// Reads with a read timeout that shrinks to what is left of `deadline`:
-/// a peer trickling a byte at a time still meets the deadline.
-struct DeadlineReader<'a> {
+/// Reads a peer's request under a deadline that the read timeout shrinks
+/// to (a peer trickling a byte at a time still meets it), collecting the
+/// descriptors that come with it (`SCM_RIGHTS`, close-on-exec).
+struct PeerReader<'a> {
     stream: &'a UnixStream,
     deadline: Instant,
+    fds: Vec<OwnedFd>,
 }
 
-impl Read for DeadlineReader<'_> {
+impl Read for PeerReader<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        use rustix::net::{recvmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
         let left = self.deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(io::Error::new(
@@ -348,7 +516,26 @@ impl Read for DeadlineReader<'_> {
             ));
         }
         self.stream.set_read_timeout(Some(left))?;
-        (&mut &*self.stream).read(buf)
+        let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
+        let mut cmsg = RecvAncillaryBuffer::new(&mut space);
+        let got = loop {
+            match recvmsg(
+                self.stream,
+                &mut [io::IoSliceMut::new(buf)],
+                &mut cmsg,
+                RecvFlags::CMSG_CLOEXEC,
+            ) {
+                Ok(r) => break r,
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        };
+        for m in cmsg.drain() {
+            if let RecvAncillaryMessage::ScmRights(fds) = m {
+                self.fds.extend(fds);
+            }
+        }
+        Ok(got.bytes)
     }
 }
 
@@ -460,7 +647,8 @@ impl Drop for Turn<'_> {
     }
 }
 
-/// At most `max` requests at once; the accept loop waits for a free slot.
+/// At most `max` requests at once; a request waits for a free slot once it
+/// has been read in full.
 struct Slots {
     busy: Mutex<usize>,
     max: usize,
@@ -480,22 +668,44 @@ impl Slots {
         self.busy.lock().map(|b| *b).unwrap_or(0)
     }
 
-    fn take(self: &Arc<Self>) -> SlotGuard {
-        if let Ok(mut busy) = self.busy.lock() {
-            while *busy >= self.max {
-                busy = self.freed.wait(busy).unwrap_or_else(|p| p.into_inner());
+    /// A slot, waiting for one; `None` once `stop` is set (see
+    /// [`Slots::wake_all`]).
+    fn take(self: &Arc<Self>, stop: &AtomicBool) -> Option<SlotGuard> {
+        let mut busy = self.busy.lock().ok()?;
+        loop {
+            if stop.load(Ordering::SeqCst) {
+                return None;
             }
-            *busy += 1;
+            if *busy < self.max {
+                *busy += 1;
+                return Some(SlotGuard(self.clone()));
+            }
+            busy = self.freed.wait(busy).unwrap_or_else(|p| p.into_inner());
         }
-        SlotGuard(self.clone())
     }
 
-    fn wait_idle(&self) {
-        if let Ok(mut busy) = self.busy.lock() {
-            while *busy > 0 {
-                busy = self.freed.wait(busy).unwrap_or_else(|p| p.into_inner());
+    /// Wake every waiter (to see that the daemon stops).
+    fn wake_all(&self) {
+        let _held = self.busy.lock();
+        self.freed.notify_all();
+    }
+
+    /// Wait until no slot is taken, or `deadline`; whether it got idle.
+    fn wait_idle_until(&self, deadline: Instant) -> bool {
+        let Ok(mut busy) = self.busy.lock() else {
+            return false;
+        };
+        while *busy > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
             }
+            busy = match self.freed.wait_timeout(busy, left) {
+                Ok((b, _)) => b,
+                Err(p) => p.into_inner().0,
+            };
         }
+        true
     }
 }
 
@@ -511,14 +721,120 @@ impl Drop for SlotGuard {
     }
 }
 
+/// The open connections: how many, per peer uid, and those still sending
+/// their request (cut off when the daemon stops).
+#[derive(Default)]
+struct Conns {
+    state: Mutex<ConnState>,
+}
+
+#[derive(Default)]
+struct ConnState {
+    total: usize,
+    per_uid: HashMap<u32, usize>,
+    next: u64,
+    reading: HashMap<u64, UnixStream>,
+}
+
+/// One admitted connection, counted until dropped.
+struct ConnGuard {
+    shared: Arc<Shared>,
+    id: u64,
+    uid: u32,
+}
+
+impl Drop for ConnGuard {
+    fn drop(&mut self) {
+        if let Ok(mut st) = self.shared.conns.state.lock() {
+            st.total = st.total.saturating_sub(1);
+            if let Some(n) = st.per_uid.get_mut(&self.uid) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    st.per_uid.remove(&self.uid);
+                }
+            }
+            st.reading.remove(&self.id);
+        }
+    }
+}
+
+impl Conns {
+    /// Count a new connection of `uid`, within the bounds: every peer
+    /// together, and each non-root peer on its own (root is the runtime:
+    /// it could stop the daemon anyway).
+    fn admit(&self, shared: &Arc<Shared>, uid: u32, stream: &UnixStream) -> Result<ConnGuard, String> {
+        let Ok(mut st) = self.state.lock() else {
+            return Err("connection table poisoned".into());
+        };
+        let (max, per_peer) = (
+            shared.opts.max_connections,
+            shared.opts.max_peer_connections,
+        );
+        if st.total >= max {
+            return Err(format!(
+                "{max} connections are open (--max-connections); uid {uid} refused"
+            ));
+        }
+        let mine = st.per_uid.get(&uid).copied().unwrap_or(0);
+        if uid != 0 && mine >= per_peer {
+            return Err(format!(
+                "uid {uid} holds {mine} connections already (--max-peer-connections)"
+            ));
+        }
+        st.total += 1;
+        *st.per_uid.entry(uid).or_insert(0) += 1;
+        st.next += 1;
+        let id = st.next;
+        if let Ok(clone) = stream.try_clone() {
+            st.reading.insert(id, clone);
+        }
+        Ok(ConnGuard {
+            shared: shared.clone(),
+            id,
+            uid,
+        })
+    }
+
+    /// The connection's request is read (or failed to read).
+    fn read_done(&self, id: u64) {
+        if let Ok(mut st) = self.state.lock() {
+            st.reading.remove(&id);
+        }
+    }
+
+    /// End every read in progress (the daemon stops): the readers see the
+    /// end of their stream at once.
+    fn cut_readers(&self) {
+        if let Ok(st) = self.state.lock() {
+            for s in st.reading.values() {
+                let _ = s.shutdown(std::net::Shutdown::Read);
+            }
+        }
+    }
+}
+
 /// The listening socket: systemd's, or one made at `path` (with its
 /// directory) for this process to remove when it stops.
 fn listen(path: &Path) -> Result<(UnixListener, bool), String> {
     if let Some(l) = systemd_socket()? {
         return Ok((l, false));
     }
+    prepare_socket_path(path)?;
+    let listener =
+        UnixListener::bind(path).map_err(|e| format!("binding {}: {e}", path.display()))?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o600))
+        .map_err(|e| format!("restricting {}: {e}", path.display()))?;
+    Ok((listener, true))
+}
+
+/// Make `path` ready for a socket of this daemon: its directory exists, is
+/// owned by the daemon's user and reachable by no one else (made 0700), and
+/// nothing is at `path` but a stale socket nobody listens on, which is
+/// removed. Anything else at `path` is left alone and refused.
+pub(crate) fn prepare_socket_path(path: &Path) -> Result<(), String> {
     let dir = path
         .parent()
+        .filter(|d| !d.as_os_str().is_empty())
         .ok_or_else(|| format!("{}: no directory", path.display()))?;
     if !dir.exists() {
         fs::DirBuilder::new()
@@ -527,7 +843,10 @@ fn listen(path: &Path) -> Result<(UnixListener, bool), String> {
             .create(dir)
             .map_err(|e| format!("creating {}: {e}", dir.display()))?;
     }
-    let meta = fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let meta = fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    if !meta.is_dir() {
+        return Err(format!("{} is not a directory", dir.display()));
+    }
     let me = rustix::process::geteuid().as_raw();
     if meta.uid() != me {
         return Err(format!(
@@ -552,11 +871,7 @@ fn listen(path: &Path) -> Result<(UnixListener, bool), String> {
         Ok(_) => return Err(format!("{} exists and is not a socket", path.display())),
         Err(_) => {}
     }
-    let listener =
-        UnixListener::bind(path).map_err(|e| format!("binding {}: {e}", path.display()))?;
-    fs::set_permissions(path, fs::Permissions::from_mode(0o600))
-        .map_err(|e| format!("restricting {}: {e}", path.display()))?;
-    Ok((listener, true))
+    Ok(())
 }
 
 /// The socket systemd passed (`LISTEN_FDS=1` for this pid, fd 3), if any.
@@ -648,18 +963,31 @@ mod tests {
 
     #[test]
     fn slots_bound_the_requests_in_flight() {
+        let stop = Arc::new(AtomicBool::new(false));
         let slots = Arc::new(Slots::new(2));
-        let a = slots.take();
-        let b = slots.take();
+        let a = slots.take(&stop);
+        let b = slots.take(&stop);
         assert_eq!(slots.busy(), 2);
-        let s = slots.clone();
-        let waiter = std::thread::spawn(move || drop(s.take()));
+        let (s, st) = (slots.clone(), stop.clone());
+        let waiter = std::thread::spawn(move || s.take(&st).is_some());
         std::thread::sleep(Duration::from_millis(30));
         assert!(!waiter.is_finished());
         drop(a);
-        waiter.join().unwrap();
-        drop(b);
-        slots.wait_idle();
+        assert!(waiter.join().unwrap());
+        // Stopping wakes a waiter without a slot.
+        let c = slots.take(&stop);
+        let (s, st) = (slots.clone(), stop.clone());
+        let waiter = std::thread::spawn(move || s.take(&st).is_some());
+        std::thread::sleep(Duration::from_millis(30));
+        stop.store(true, Ordering::SeqCst);
+        slots.wake_all();
+        assert!(!waiter.join().unwrap());
+        // The drain waits for what holds a slot, within its bound.
+        let started = Instant::now();
+        assert!(!slots.wait_idle_until(started + Duration::from_millis(50)));
+        assert!(started.elapsed() >= Duration::from_millis(50));
+        drop((b, c));
+        assert!(slots.wait_idle_until(Instant::now() + Duration::from_secs(5)));
         assert_eq!(slots.busy(), 0);
     }
 }

@@ -4,8 +4,9 @@
 //! make it buffer without bound:
 //!
 //! ```text
-//! request:  "WCNQ" u8:version u32:env-len env  u32:stdin-len stdin
-//! response: "WCNS" u8:version i32:exit-code u32:stdout-len stdout u32:stderr-len stderr
+//! request:  "WCNQ" u8:2 u8:flags u32:wait-ms u32:env-len env u32:stdin-len stdin
+//!           "WCNQ" u8:1 u32:env-len env u32:stdin-len stdin       (clients before 2)
+//! response: "WCNS" u8:1 i32:exit-code u32:stdout-len stdout u32:stderr-len stderr
 //! ```
 //!
 //! Integers are big-endian. `env` is a JSON array of `[KEY, VALUE]` pairs
@@ -13,10 +14,22 @@
 //! any value crosses unchanged), `stdin` the runtime's stdin as it came;
 //! `stdout` is what the client prints, `stderr` the log lines the request
 //! produced at the client's log level.
+//!
+//! Flag [`FLAG_NETNS_FD`]: the container's network namespace, which the
+//! client opened itself, comes with the request's first bytes as an
+//! `SCM_RIGHTS` descriptor; the daemon never opens `CNI_NETNS` by path for
+//! such a request. `wait-ms` is how long the client waits for the answer
+//! (0: not said), so that the daemon never starts what the client will have
+//! given up on.
 
 use std::io::{self, Read, Write};
 
-pub const VERSION: u8 = 1;
+/// The request version this side writes; version 1 is still read.
+pub const VERSION: u8 = 2;
+/// The response version (unchanged since 1).
+pub const RESPONSE_VERSION: u8 = 1;
+/// A network-namespace descriptor accompanies the request.
+pub const FLAG_NETNS_FD: u8 = 1;
 const REQUEST_MAGIC: &[u8; 4] = b"WCNQ";
 const RESPONSE_MAGIC: &[u8; 4] = b"WCNS";
 
@@ -32,10 +45,14 @@ pub fn forwarded(key: &str) -> bool {
     key.starts_with("CNI_") || key == "WASM_CNI_LOG"
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Request {
     pub env: Vec<(String, String)>,
     pub stdin: Vec<u8>,
+    /// The client passes the container's namespace as a descriptor.
+    pub netns_fd: bool,
+    /// How long the client waits for the answer, if it said.
+    pub wait_ms: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,8 +67,10 @@ pub struct Response {
 pub enum WireError {
     #[error("not a wasm-cni message")]
     Magic,
-    #[error("wire version {0} (this side speaks {VERSION})")]
+    #[error("wire version {0} (this side speaks 1 and {VERSION})")]
     Version(u8),
+    #[error("unknown flags {0:#04x}")]
+    Flags(u8),
     #[error("{what} of {len} bytes is over the limit of {max}")]
     TooLarge {
         what: &'static str,
@@ -81,9 +100,11 @@ fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
 impl Request {
     pub fn encode(&self) -> Vec<u8> {
         let env = serde_json::to_string(&self.env).unwrap_or_else(|_| "[]".into());
-        let mut out = Vec::with_capacity(13 + env.len() + self.stdin.len());
+        let mut out = Vec::with_capacity(18 + env.len() + self.stdin.len());
         out.extend_from_slice(REQUEST_MAGIC);
         out.push(VERSION);
+        out.push(if self.netns_fd { FLAG_NETNS_FD } else { 0 });
+        out.extend_from_slice(&self.wait_ms.unwrap_or(0).to_be_bytes());
         put_bytes(&mut out, env.as_bytes());
         put_bytes(&mut out, &self.stdin);
         out
@@ -91,7 +112,18 @@ impl Request {
 
     /// Read one request, refusing oversized parts before reading them.
     pub fn read(r: &mut impl Read) -> Result<Self, WireError> {
-        header(r, REQUEST_MAGIC)?;
+        let version = header(r, REQUEST_MAGIC, &[1, VERSION])?;
+        let (mut netns_fd, mut wait_ms) = (false, None);
+        if version >= 2 {
+            let mut head = [0u8; 5];
+            r.read_exact(&mut head)?;
+            if head[0] & !FLAG_NETNS_FD != 0 {
+                return Err(WireError::Flags(head[0]));
+            }
+            netns_fd = head[0] & FLAG_NETNS_FD != 0;
+            let wait = u32::from_be_bytes([head[1], head[2], head[3], head[4]]);
+            wait_ms = (wait != 0).then_some(wait);
+        }
         let env = bytes(r, "the environment", MAX_ENV_BYTES)?;
         let pairs: Vec<(String, String)> =
             serde_json::from_slice(&env).map_err(|_| WireError::Env)?;
@@ -101,7 +133,12 @@ impl Request {
             return Err(WireError::Env);
         }
         let stdin = bytes(r, "stdin", MAX_STDIN_BYTES)?;
-        Ok(Request { env: pairs, stdin })
+        Ok(Request {
+            env: pairs,
+            stdin,
+            netns_fd,
+            wait_ms,
+        })
     }
 }
 
@@ -109,7 +146,7 @@ impl Response {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(17 + self.stdout.len() + self.stderr.len());
         out.extend_from_slice(RESPONSE_MAGIC);
-        out.push(VERSION);
+        out.push(RESPONSE_VERSION);
         out.extend_from_slice(&self.exit_code.to_be_bytes());
         put_bytes(&mut out, self.stdout.as_bytes());
         put_bytes(&mut out, self.stderr.as_bytes());
@@ -117,7 +154,7 @@ impl Response {
     }
 
     pub fn read(r: &mut impl Read) -> Result<Self, WireError> {
-        header(r, RESPONSE_MAGIC)?;
+        header(r, RESPONSE_MAGIC, &[RESPONSE_VERSION])?;
         let mut code = [0u8; 4];
         r.read_exact(&mut code)?;
         let stdout = bytes(r, "the output", MAX_RESPONSE_BYTES)?;
@@ -135,16 +172,17 @@ impl Response {
     }
 }
 
-fn header(r: &mut impl Read, magic: &[u8; 4]) -> Result<(), WireError> {
+/// The magic, then one of `versions`, which it returns.
+fn header(r: &mut impl Read, magic: &[u8; 4], versions: &[u8]) -> Result<u8, WireError> {
     let mut head = [0u8; 5];
     r.read_exact(&mut head)?;
     if &head[..4] != magic {
         return Err(WireError::Magic);
     }
-    if head[4] != VERSION {
+    if !versions.contains(&head[4]) {
         return Err(WireError::Version(head[4]));
     }
-    Ok(())
+    Ok(head[4])
 }
 
 fn bytes(r: &mut impl Read, what: &'static str, max: usize) -> Result<Vec<u8>, WireError> {
@@ -175,8 +213,24 @@ mod tests {
                 ("CNI_NETNS".into(), "/run/netns/a\nb".into()),
             ],
             stdin: b"{\"x\":1}\n\xff".to_vec(),
+            netns_fd: true,
+            wait_ms: Some(40_000),
         };
         assert_eq!(Request::read(&mut req.encode().as_slice()).unwrap(), req);
+        // A client before version 2 (no flags, no wait) is still read.
+        let mut v1 = b"WCNQ\x01".to_vec();
+        put_bytes(&mut v1, br#"[["CNI_COMMAND","DEL"]]"#);
+        put_bytes(&mut v1, b"{}");
+        let old = Request::read(&mut v1.as_slice()).unwrap();
+        assert_eq!(old.env, vec![("CNI_COMMAND".into(), "DEL".into())]);
+        assert!(!old.netns_fd && old.wait_ms.is_none());
+        // Flags this side does not know are refused, not ignored.
+        let mut odd = req.encode();
+        odd[5] = 0x81;
+        assert!(matches!(
+            Request::read(&mut odd.as_slice()),
+            Err(WireError::Flags(0x81))
+        ));
         let resp = Response {
             exit_code: 1,
             stdout: "{}".into(),
@@ -204,8 +258,8 @@ mod tests {
         ));
         // Truncated: an I/O error (unexpected EOF).
         let mut cut = Request {
-            env: vec![],
             stdin: vec![1; 100],
+            ..Request::default()
         }
         .encode();
         cut.truncate(50);

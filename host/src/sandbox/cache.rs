@@ -214,7 +214,8 @@ impl ArtifactCache {
         name: &str,
         digest: &str,
         bytes: &[u8],
-    ) -> wasmtime::Result<(Component, Origin)> {
+        limits: &super::compile::CompileLimits,
+    ) -> Result<(Component, Origin), super::compile::CompileError> {
         let usable_dir = match &self.dir {
             Some(dir) => match ensure_dir(dir).and_then(|()| trusted_dir(dir)) {
                 Ok(()) => Some(dir.as_path()),
@@ -236,7 +237,7 @@ impl ArtifactCache {
             }
         }
 
-        let component = Component::new(engine, bytes)?;
+        let component = super::compile::compile(engine, bytes, limits)?;
         self.compiled.fetch_add(1, Ordering::Relaxed);
         log::debug(format_args!("{name}: compiled ({digest})"));
         if let Some(path) = &path {
@@ -452,7 +453,7 @@ mod tests {
         let cache = ArtifactCache::new(Some(d.clone()), &engine);
         let digest = crate::sandbox::sha256_hex(EMPTY_COMPONENT);
         let (_, origin) = cache
-            .load_or_compile(&engine, "empty", &digest, EMPTY_COMPONENT)
+            .load_or_compile(&engine, "empty", &digest, EMPTY_COMPONENT, &Default::default())
             .unwrap();
         assert_eq!(origin, Origin::Compiled);
         let path = cache.artifact_path(&digest).unwrap();
@@ -461,7 +462,7 @@ mod tests {
         assert!(cache.is_cached(&digest));
         let load = || {
             cache
-                .load_or_compile(&engine, "empty", &digest, EMPTY_COMPONENT)
+                .load_or_compile(&engine, "empty", &digest, EMPTY_COMPONENT, &Default::default())
                 .unwrap()
                 .1
         };

@@ -10,6 +10,7 @@
 
 mod bindings;
 pub mod cache;
+pub mod compile;
 pub mod convert;
 pub mod faults;
 #[cfg(feature = "fake")]
@@ -140,6 +141,14 @@ pub enum CallError {
     },
     #[error("plugin {plugin:?}: not a usable component: {reason}")]
     Invalid { plugin: String, reason: String },
+    /// Loading it would pass a bound on its size or on compiling it.
+    #[error("plugin {plugin:?}: {}: refused: {error}", path.display())]
+    CompileLimit {
+        plugin: String,
+        path: PathBuf,
+        /// Boxed: the other variants stay small.
+        error: Box<compile::CompileError>,
+    },
     /// The plugin ran and returned an error of its own.
     #[error("plugin {plugin:?}: {error}")]
     Plugin { plugin: String, error: CniError },
@@ -260,20 +269,26 @@ pub struct SharedEngine {
     ticker: Ticker,
 }
 
+/// The engine's configuration: one place, so that the compiler child
+/// (`compile`) makes artifacts this engine loads.
+pub(crate) fn engine_config() -> Config {
+    let mut config = Config::new();
+    config.epoch_interruption(true);
+    // Deep recursion must end as a trap well before the host's own
+    // thread stack is at risk.
+    config.max_wasm_stack(1 << 20);
+    // Plugins run microseconds of their own code per call (the host does
+    // the work), so compile time matters and code quality does not:
+    // without Cranelift's optimisation passes the first (uncached) call
+    // compiles about 20% faster, and warm calls measured the same
+    // (host/bench). Register allocation stays the default, safe one.
+    config.cranelift_opt_level(wasmtime::OptLevel::None);
+    config
+}
+
 impl SharedEngine {
     pub fn new() -> wasmtime::Result<Arc<Self>> {
-        let mut config = Config::new();
-        config.epoch_interruption(true);
-        // Deep recursion must end as a trap well before the host's own
-        // thread stack is at risk.
-        config.max_wasm_stack(1 << 20);
-        // Plugins run microseconds of their own code per call (the host does
-        // the work), so compile time matters and code quality does not:
-        // without Cranelift's optimisation passes the first (uncached) call
-        // compiles about 20% faster, and warm calls measured the same
-        // (host/bench). Register allocation stays the default, safe one.
-        config.cranelift_opt_level(wasmtime::OptLevel::None);
-        let engine = Engine::new(&config)?;
+        let engine = Engine::new(&engine_config())?;
         let mut linker = Linker::new(&engine);
         PluginHost::add_to_linker::<Ctx, wasmtime::component::HasSelf<Ctx>>(&mut linker, |c| c)?;
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
@@ -304,6 +319,8 @@ pub struct Runtime {
     /// came from: a file that changes is loaded again (a daemon picks up a
     /// replaced component without a restart).
     loaded: Mutex<HashMap<String, (SourceId, Arc<Plugin>)>>,
+    /// Bounds on loading a component, unless a chain entry says otherwise.
+    compile: compile::CompileLimits,
 }
 
 impl Runtime {
@@ -329,7 +346,19 @@ impl Runtime {
             cache,
             plugin_dir: plugin_dir.to_path_buf(),
             loaded: Mutex::new(HashMap::new()),
+            compile: compile::CompileLimits::default(),
         }
+    }
+
+    /// Load components within `limits` unless told otherwise.
+    pub fn with_compile_limits(mut self, limits: compile::CompileLimits) -> Self {
+        self.compile = limits;
+        self
+    }
+
+    /// The bounds a load without its own uses.
+    pub fn compile_limits(&self) -> &compile::CompileLimits {
+        &self.compile
     }
 
     pub fn plugin_dir(&self) -> &Path {
@@ -360,8 +389,18 @@ impl Runtime {
     /// Load the component for a plugin type: once, and again whenever its
     /// file changes.
     pub fn load(&self, plugin: &str, pin: Option<&str>) -> Result<Arc<Plugin>, CallError> {
+        self.load_within(plugin, pin, &self.compile)
+    }
+
+    /// [`Runtime::load`] within `limits`.
+    pub fn load_within(
+        &self,
+        plugin: &str,
+        pin: Option<&str>,
+        limits: &compile::CompileLimits,
+    ) -> Result<Arc<Plugin>, CallError> {
         let path = self.plugin_path(plugin)?;
-        self.load_from(plugin, plugin, path, pin)
+        self.load_from(plugin, plugin, path, pin, limits)
     }
 
     /// Load the component of an image from the image store: `path` is its
@@ -371,11 +410,12 @@ impl Runtime {
         plugin: &str,
         path: PathBuf,
         pin: &str,
+        limits: &compile::CompileLimits,
     ) -> Result<Arc<Plugin>, CallError> {
         // The digest record is named after the image, not the type: one
         // type may come from pluginDir in one network, an image in another.
         let record = format!("image-{pin}");
-        self.load_from(plugin, &record, path, Some(pin))
+        self.load_from(plugin, &record, path, Some(pin), limits)
     }
 
     fn load_from(
@@ -384,6 +424,7 @@ impl Runtime {
         record: &str,
         path: PathBuf,
         pin: Option<&str>,
+        limits: &compile::CompileLimits,
     ) -> Result<Arc<Plugin>, CallError> {
         let key = format!("{}@{}", path.display(), pin.unwrap_or(""));
         if let Ok(meta) = std::fs::metadata(&path) {
@@ -412,7 +453,20 @@ impl Runtime {
             }
         };
         let mut file = std::fs::File::open(&path).map_err(read_err)?;
-        let id = SourceId::of(&file.metadata().map_err(read_err)?);
+        let meta = file.metadata().map_err(read_err)?;
+        let id = SourceId::of(&meta);
+        // Before it is read, hashed or compiled: its size bounds what
+        // loading it can cost.
+        if meta.len() > limits.max_bytes {
+            return Err(CallError::CompileLimit {
+                plugin: plugin.to_string(),
+                path,
+                error: Box::new(compile::CompileError::TooLarge {
+                    size: meta.len(),
+                    max: limits.max_bytes,
+                }),
+            });
+        }
         let invalid = |e: wasmtime::Error| CallError::Invalid {
             plugin: plugin.to_string(),
             reason: format!("{e:#}"),
@@ -438,8 +492,18 @@ impl Runtime {
                 check_pin(plugin, &path, pin, &digest)?;
                 let (component, origin) = self
                     .cache
-                    .load_or_compile(engine, plugin, &digest, &bytes)
-                    .map_err(invalid)?;
+                    .load_or_compile(engine, plugin, &digest, &bytes, limits)
+                    .map_err(|error| match error {
+                        error if error.is_limit() => CallError::CompileLimit {
+                            plugin: plugin.to_string(),
+                            path: path.clone(),
+                            error: Box::new(error),
+                        },
+                        error => CallError::Invalid {
+                            plugin: plugin.to_string(),
+                            reason: error.to_string(),
+                        },
+                    })?;
                 self.cache.remember_digest(record, &id, &digest);
                 (digest, component, origin)
             }

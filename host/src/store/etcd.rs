@@ -203,6 +203,42 @@ fn unavailable(msg: String) -> io::Error {
     io::Error::new(io::ErrorKind::TimedOut, Unavailable(msg))
 }
 
+/// The largest reply the client reads (a scope's three ranges at once).
+pub const MAX_REPLY_BYTES: usize = 64 << 20;
+/// What a scope may hold in etcd, keys and values with their per-key
+/// overhead counted, so that it always reads back within
+/// [`MAX_REPLY_BYTES`]: a commit past it is refused for good, never left to
+/// fail every later read.
+pub const MAX_SCOPE_STORED_BYTES: usize = 48 << 20;
+/// What etcd adds to a key and its value in a range reply (revisions,
+/// version, lease, framing), rounded up.
+const KV_OVERHEAD: usize = 48;
+
+/// The reply size one key and value count for.
+fn stored(key: &str, value: usize) -> usize {
+    key.len() + value + KV_OVERHEAD
+}
+
+/// An etcd failure as the host reports it: out of reach, too slow, a leader
+/// change, an overloaded member ([`Unavailable`], "try again later"); else
+/// permanent (a reply over the limit, a request etcd finds too large, bad
+/// credentials, no permission), which retrying cannot mend.
+fn failure(e: etcd_client::Error) -> io::Error {
+    use etcd_client::Error as E;
+    // gRPC status codes: CANCELLED 1, UNKNOWN 2, DEADLINE_EXCEEDED 4,
+    // RESOURCE_EXHAUSTED 8, ABORTED 10, INTERNAL 13, UNAVAILABLE 14.
+    let transient = match &e {
+        E::GRpcStatus(s) => matches!(s.code() as i32, 1 | 2 | 4 | 8 | 10 | 13 | 14),
+        E::TransportError(_) | E::IoError(_) => true,
+        _ => false,
+    };
+    if transient {
+        unavailable(format!("etcd: {e}"))
+    } else {
+        io::Error::other(format!("etcd: {e}"))
+    }
+}
+
 pub struct EtcdStore {
     inner: std::sync::Arc<Inner>,
 }
@@ -270,6 +306,23 @@ pub struct Snapshot {
     pub revisions: Revisions,
     /// Block → the node that claimed it.
     pub blocks: BTreeMap<String, String>,
+    /// Full key → what it counts for in a reply ([`stored`]), for every key
+    /// read.
+    pub sizes: BTreeMap<String, usize>,
+}
+
+impl Snapshot {
+    /// What the scope would count for in a reply once `writes` are made.
+    pub fn stored_after(&self, writes: &[Write]) -> usize {
+        let mut total: usize = self.sizes.values().sum();
+        for w in writes {
+            total = total.saturating_sub(self.sizes.get(&w.key).copied().unwrap_or(0));
+            if let Some(v) = &w.value {
+                total += stored(&w.key, v.len());
+            }
+        }
+        total
+    }
 }
 
 /// The key prefixes of one scope (entries, this node's values, blocks).
@@ -297,6 +350,7 @@ pub fn parse_snapshot(
         })?;
         let bad =
             |what: String| io::Error::new(io::ErrorKind::InvalidData, format!("{key}: {what}"));
+        snap.sizes.insert(key.clone(), stored(&key, value.len()));
         let value = String::from_utf8(value).map_err(|e| bad(e.to_string()))?;
         let prefix = match range {
             0 => &p.entries,
@@ -596,14 +650,18 @@ impl Inner {
 
     /// Run one etcd transaction within the budget.
     fn run(&self, txn: EtcdTxn, deadline: Option<Instant>) -> io::Result<etcd_client::TxnResponse> {
-        let mut client = self.client(deadline)?;
+        let client = self.client(deadline)?;
         let timeout = self.budget(deadline)?;
+        // tonic's default (4 MiB) is below what a scope may hold.
+        let mut kv = client
+            .kv_client()
+            .max_decoding_message_size(MAX_REPLY_BYTES);
         let out = self
             .rt
-            .block_on(async { tokio::time::timeout(timeout, client.txn(txn)).await });
+            .block_on(async { tokio::time::timeout(timeout, kv.txn(txn)).await });
         match out {
             Ok(Ok(r)) => Ok(r),
-            Ok(Err(e)) => Err(unavailable(format!("etcd: {e}"))),
+            Ok(Err(e)) => Err(failure(e)),
             Err(_) => Err(unavailable(format!(
                 "etcd: no answer within {} ms",
                 timeout.as_millis()
@@ -676,6 +734,13 @@ impl Txn for EtcdTxnState {
         let writes = plan(&p, &self.snap, &self.data, &self.shown, &store.node)?;
         if writes.is_empty() {
             return Ok(());
+        }
+        let after = self.snap.stored_after(&writes);
+        if after > MAX_SCOPE_STORED_BYTES {
+            return Err(io::Error::other(format!(
+                "{}/{}: the scope would hold {after} bytes in etcd, over the limit of {MAX_SCOPE_STORED_BYTES} (every read of it must fit a reply of {MAX_REPLY_BYTES})",
+                self.scope.network, self.scope.plugin
+            )));
         }
         let mut compares = Vec::new();
         let mut ops = Vec::new();
