@@ -60,6 +60,33 @@ struct DirArgs {
     /// Directory of precompiled artifacts.
     #[arg(long, default_value = DEFAULT_CACHE_DIR)]
     cache_dir: PathBuf,
+    #[command(flatten)]
+    compile: CompileArgs,
+}
+
+/// Bounds on loading a component (what a chain entry's `wasm` object says
+/// for ADD).
+#[derive(clap::Args)]
+struct CompileArgs {
+    /// Refuse components larger than this.
+    #[arg(long, value_name = "BYTES", default_value_t = crate::sandbox::compile::DEFAULT_MAX_COMPONENT_BYTES)]
+    max_component_bytes: u64,
+    /// Give up compiling one component after this long.
+    #[arg(long, value_name = "MS", default_value_t = crate::sandbox::compile::DEFAULT_COMPILE_MS)]
+    compile_ms: u64,
+    /// The memory compiling one component may take.
+    #[arg(long, value_name = "BYTES", default_value_t = crate::sandbox::compile::DEFAULT_COMPILE_MEMORY_BYTES)]
+    compile_memory_bytes: u64,
+}
+
+impl CompileArgs {
+    fn limits(&self) -> crate::sandbox::compile::CompileLimits {
+        crate::sandbox::compile::CompileLimits {
+            max_bytes: self.max_component_bytes,
+            timeout: std::time::Duration::from_millis(self.compile_ms),
+            memory_bytes: self.compile_memory_bytes,
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -210,6 +237,8 @@ struct PullArgs {
     #[arg(long)]
     cache_dir: Option<PathBuf>,
     #[command(flatten)]
+    compile: CompileArgs,
+    #[command(flatten)]
     registry: RegistryArgs,
 }
 
@@ -245,6 +274,28 @@ struct DaemonArgs {
     /// A client has this long to send its request.
     #[arg(long, default_value_t = 5000, value_name = "MS")]
     read_timeout_ms: u64,
+    /// Connections open at once, every peer together; more are refused.
+    #[arg(long, default_value_t = 512)]
+    max_connections: usize,
+    /// Connections one non-root peer (uid) may hold open at once.
+    #[arg(long, default_value_t = 16)]
+    max_peer_connections: usize,
+    /// On SIGTERM, wait this long for the requests in flight, then exit.
+    #[arg(long, default_value_t = 20_000, value_name = "MS")]
+    drain_timeout_ms: u64,
+    /// The stateDir of non-root peers' networks (their configs may name no
+    /// paths) [default: the config default, /run/wasm-cni].
+    #[arg(long, value_name = "DIR")]
+    peer_state_dir: Option<PathBuf>,
+    /// Their pluginDir [default: /opt/cni/wasm].
+    #[arg(long, value_name = "DIR")]
+    peer_plugin_dir: Option<PathBuf>,
+    /// Their cacheDir [default: /var/cache/wasm-cni].
+    #[arg(long, value_name = "DIR")]
+    peer_cache_dir: Option<PathBuf>,
+    /// Their imageDir [default: /var/lib/wasm-cni/images].
+    #[arg(long, value_name = "DIR")]
+    peer_image_dir: Option<PathBuf>,
     /// The daemon's own log lines as JSON objects, one per line.
     #[arg(long)]
     json_log: bool,
@@ -488,7 +539,9 @@ fn pull(p: &PullArgs) -> Result<i32, String> {
         .or_else(|| conf_dirs.and_then(|d| d.1))
         .unwrap_or_else(|| DEFAULT_CACHE_DIR.into());
     let store = ImageStore::new(&image_dir);
-    let runtime = Runtime::new(&image_dir, Some(cache_dir.clone())).map_err(|e| e.to_string())?;
+    let runtime = Runtime::new(&image_dir, Some(cache_dir.clone()))
+        .map_err(|e| e.to_string())?
+        .with_compile_limits(p.compile.limits());
     for text in images {
         let image: ImageRef = text.parse().map_err(|e: ImageError| e.to_string())?;
         if p.conf.is_some() && image.digest.is_none() {
@@ -517,7 +570,12 @@ fn pull_one(
     let compile = |path: &Path, digest: &Digest| {
         let started = std::time::Instant::now();
         runtime
-            .load_image(&name, path.to_path_buf(), digest.hex(), runtime.compile_limits())
+            .load_image(
+                &name,
+                path.to_path_buf(),
+                digest.hex(),
+                runtime.compile_limits(),
+            )
             .map_err(|e| e.to_string())?;
         eprintln!(
             "compiled into {} in {} ms",
@@ -608,6 +666,15 @@ fn daemon(d: DaemonArgs) -> Result<i32, String> {
     opts.metrics = d.metrics;
     opts.max_concurrent = d.max_concurrent;
     opts.read_timeout = std::time::Duration::from_millis(d.read_timeout_ms);
+    opts.max_connections = d.max_connections.max(1);
+    opts.max_peer_connections = d.max_peer_connections.max(1);
+    opts.drain_timeout = std::time::Duration::from_millis(d.drain_timeout_ms);
+    opts.peer_dirs = crate::edge::PeerDirs {
+        state_dir: d.peer_state_dir,
+        plugin_dir: d.peer_plugin_dir,
+        cache_dir: d.peer_cache_dir,
+        image_dir: d.peer_image_dir,
+    };
     opts.json_log = d.json_log;
     crate::daemon::init_log(opts.json_log);
     crate::daemon::serve(opts).map(|()| 0)
@@ -615,7 +682,9 @@ fn daemon(d: DaemonArgs) -> Result<i32, String> {
 
 fn plugins(d: &DirArgs, compile: bool) -> Result<i32, String> {
     let runtime = Arc::new(
-        Runtime::new(&d.plugin_dir, Some(d.cache_dir.clone())).map_err(|e| e.to_string())?,
+        Runtime::new(&d.plugin_dir, Some(d.cache_dir.clone()))
+            .map_err(|e| e.to_string())?
+            .with_compile_limits(d.compile.limits()),
     );
     let mut names = plugin_names(&d.plugin_dir)?;
     names.sort();

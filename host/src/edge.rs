@@ -229,6 +229,20 @@ pub struct Peer {
     pub pid: u32,
     /// The container's network namespace, a descriptor the peer passed.
     pub netns: Option<OwnedFd>,
+    /// The directories a non-root peer's networks use (the operator's
+    /// choice: its config may name none).
+    pub dirs: PeerDirs,
+}
+
+/// The directories the daemon's operator gives non-root peers' networks
+/// (`wasm-cni daemon --peer-state-dir` ...); each unset one is the
+/// config's default.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PeerDirs {
+    pub state_dir: Option<PathBuf>,
+    pub plugin_dir: Option<PathBuf>,
+    pub cache_dir: Option<PathBuf>,
+    pub image_dir: Option<PathBuf>,
 }
 
 impl Peer {
@@ -251,7 +265,7 @@ pub fn run_for(
     stdin: &mut dyn Read,
     peer: Option<&Peer>,
 ) -> Outcome {
-    let (inv, conf) = match prepare(vars, stdin) {
+    let (inv, mut conf) = match prepare(vars, stdin) {
         Prepared::Reply(out) => return out,
         Prepared::Dispatch(inv, conf) => (inv, conf),
     };
@@ -265,6 +279,20 @@ pub fn run_for(
                 ..Report::default()
             };
             return Outcome::error(e, Some(&conf.cni_version), report);
+        }
+        if !peer.is_root() {
+            let d = &peer.dirs;
+            let pick = |given: &Option<PathBuf>, default: &mut PathBuf| {
+                if let Some(p) = given {
+                    *default = p.clone();
+                }
+            };
+            pick(&d.state_dir, &mut conf.state_dir);
+            pick(&d.plugin_dir, &mut conf.plugin_dir);
+            pick(&d.image_dir, &mut conf.image_dir);
+            if d.cache_dir.is_some() {
+                conf.cache_dir = d.cache_dir.clone();
+            }
         }
     }
     let cni_version = conf.cni_version.clone();
@@ -318,7 +346,7 @@ fn check_peer(peer: &Peer, inv: &cni::Invocation, conf: &config::NetConf) -> Res
     let refuse = |key: String| {
         Err(CniError::new(
             ErrorCode::InvalidConfig,
-            format!("{key}: a non-root daemon peer ({who}) may not name paths or servers: the daemon would use them with its own privileges; leave it out (the daemon's defaults apply) or call as root"),
+            format!("{key}: a non-root daemon peer ({who}) may not name paths or servers: the daemon would use them with its own privileges; leave it out (the daemon's --peer-* directories apply) or call as root"),
         ))
     };
     for key in PEER_PATH_KEYS {

@@ -7,7 +7,9 @@ fn main() {
     // Components are compiled in a child process of this executable, under
     // a deadline and a memory bound (sandbox::compile).
     if std::env::args_os().nth(1).as_deref()
-        == Some(std::ffi::OsStr::new(wasm_cni::sandbox::compile::CHILD_COMMAND))
+        == Some(std::ffi::OsStr::new(
+            wasm_cni::sandbox::compile::CHILD_COMMAND,
+        ))
     {
         std::process::exit(wasm_cni::sandbox::compile::child_main());
     }

@@ -525,7 +525,18 @@ impl Netns {
     /// makes them itself, asynchronously (DAD), whoever brought a link up.
     pub fn snapshot(&self) -> String {
         let mut out = String::new();
-        out += &self.exec(&["ip", "-d", "-o", "link", "show"]);
+        // A bridge's timers tick on their own.
+        for line in self.exec(&["ip", "-d", "-o", "link", "show"]).lines() {
+            let mut words = line.split_whitespace().peekable();
+            while let Some(w) = words.next() {
+                out += w;
+                out.push(' ');
+                if w.ends_with("_timer") {
+                    words.next();
+                }
+            }
+            out.push('\n');
+        }
         let kernel_made = |l: &&str| l.contains("fe80:") || l.contains("ff00::/8");
         for cmd in [
             &["ip", "-o", "addr", "show"][..],

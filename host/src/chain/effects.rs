@@ -34,14 +34,16 @@ pub(super) struct Scope<'a> {
 
 /// Every node setting recorded by an attachment other than `me`; an
 /// unreadable state directory yields `None` (then nothing is put back).
-fn others(
-    records: &dyn AttachmentRecords,
-    me: (&str, &str, &str),
-) -> Option<Vec<NodeSetting>> {
+fn others(records: &dyn AttachmentRecords, me: (&str, &str, &str)) -> Option<Vec<NodeSetting>> {
     let mut out = Vec::new();
     for network in records.networks().ok()? {
         for r in records.list(&network).ok()? {
-            if (r.network.as_str(), r.container_id.as_str(), r.ifname.as_str()) == me {
+            if (
+                r.network.as_str(),
+                r.container_id.as_str(),
+                r.ifname.as_str(),
+            ) == me
+            {
                 continue;
             }
             out.extend(r.node_settings);

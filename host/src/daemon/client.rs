@@ -258,7 +258,11 @@ fn open_netns(
         return Ok(None);
     };
     use rustix::fs::{open, Mode, OFlags};
-    match open(path.as_str(), OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()) {
+    match open(
+        path.as_str(),
+        OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
         Ok(fd) => Ok(Some(fd)),
         Err(e) if command == Some("DEL") => {
             crate::log::info(format_args!(

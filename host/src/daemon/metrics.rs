@@ -230,9 +230,9 @@ pub fn serve(
                 .map_err(|e| format!("metrics socket {}: {e}", path.display()))?;
             Listener::Unix(l)
         }
-        MetricsAddr::Tcp(a) => Listener::Tcp(
-            TcpListener::bind(a).map_err(|e| format!("metrics address {a}: {e}"))?,
-        ),
+        MetricsAddr::Tcp(a) => {
+            Listener::Tcp(TcpListener::bind(a).map_err(|e| format!("metrics address {a}: {e}"))?)
+        }
     };
     listener
         .set_nonblocking()

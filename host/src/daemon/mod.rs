@@ -66,6 +66,8 @@ pub struct Options {
     pub max_peer_connections: usize,
     /// How long SIGTERM waits for the requests in flight before exiting.
     pub drain_timeout: Duration,
+    /// The directories non-root peers' networks use.
+    pub peer_dirs: edge::PeerDirs,
     pub json_log: bool,
 }
 
@@ -81,6 +83,7 @@ impl Options {
             max_connections: 512,
             max_peer_connections: 16,
             drain_timeout: Duration::from_secs(20),
+            peer_dirs: edge::PeerDirs::default(),
             json_log: false,
         }
     }
@@ -234,6 +237,7 @@ fn admit(shared: &Arc<Shared>, stream: UnixStream) {
                 gid,
                 pid,
                 netns: None,
+                dirs: s.opts.peer_dirs.clone(),
             };
             handle(&s, stream, peer, guard);
         });
@@ -282,9 +286,7 @@ fn client_gone(stream: &UnixStream) -> bool {
     match poll(&mut fds, Some(&rustix::event::Timespec::default())) {
         // HUP: both directions shut (a client only shuts its writing side
         // once its request is sent, and keeps reading for the answer).
-        Ok(_) => fds[0]
-            .revents()
-            .intersects(PollFlags::HUP | PollFlags::ERR),
+        Ok(_) => fds[0].revents().intersects(PollFlags::HUP | PollFlags::ERR),
         Err(_) => false,
     }
 }
@@ -762,7 +764,12 @@ impl Conns {
     /// Count a new connection of `uid`, within the bounds: every peer
     /// together, and each non-root peer on its own (root is the runtime:
     /// it could stop the daemon anyway).
-    fn admit(&self, shared: &Arc<Shared>, uid: u32, stream: &UnixStream) -> Result<ConnGuard, String> {
+    fn admit(
+        &self,
+        shared: &Arc<Shared>,
+        uid: u32,
+        stream: &UnixStream,
+    ) -> Result<ConnGuard, String> {
         let Ok(mut st) = self.state.lock() else {
             return Err("connection table poisoned".into());
         };
@@ -827,10 +834,12 @@ fn listen(path: &Path) -> Result<(UnixListener, bool), String> {
     Ok((listener, true))
 }
 
-/// Make `path` ready for a socket of this daemon: its directory exists, is
-/// owned by the daemon's user and reachable by no one else (made 0700), and
+/// Make `path` ready for a socket of this daemon: its directory exists
+/// (made 0700 if it did not), is owned by the daemon's user and writable by
+/// no one else (or someone else could put their own socket there), and
 /// nothing is at `path` but a stale socket nobody listens on, which is
-/// removed. Anything else at `path` is left alone and refused.
+/// removed. Anything else at `path`, or a directory others may write, is
+/// left alone and refused.
 pub(crate) fn prepare_socket_path(path: &Path) -> Result<(), String> {
     let dir = path
         .parent()
@@ -855,10 +864,12 @@ pub(crate) fn prepare_socket_path(path: &Path) -> Result<(), String> {
             meta.uid()
         ));
     }
-    if meta.mode() & 0o077 != 0 {
-        // Only this daemon's peers reach the socket: its directory is ours.
-        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
-            .map_err(|e| format!("restricting {}: {e}", dir.display()))?;
+    if meta.mode() & 0o022 != 0 {
+        return Err(format!(
+            "{} is writable by others (mode {:o}): a socket there could be replaced; use a directory of the daemon's own",
+            dir.display(),
+            meta.mode() & 0o7777
+        ));
     }
     match fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_socket() => {

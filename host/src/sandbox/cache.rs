@@ -453,7 +453,13 @@ mod tests {
         let cache = ArtifactCache::new(Some(d.clone()), &engine);
         let digest = crate::sandbox::sha256_hex(EMPTY_COMPONENT);
         let (_, origin) = cache
-            .load_or_compile(&engine, "empty", &digest, EMPTY_COMPONENT, &Default::default())
+            .load_or_compile(
+                &engine,
+                "empty",
+                &digest,
+                EMPTY_COMPONENT,
+                &Default::default(),
+            )
             .unwrap();
         assert_eq!(origin, Origin::Compiled);
         let path = cache.artifact_path(&digest).unwrap();
@@ -462,7 +468,13 @@ mod tests {
         assert!(cache.is_cached(&digest));
         let load = || {
             cache
-                .load_or_compile(&engine, "empty", &digest, EMPTY_COMPONENT, &Default::default())
+                .load_or_compile(
+                    &engine,
+                    "empty",
+                    &digest,
+                    EMPTY_COMPONENT,
+                    &Default::default(),
+                )
                 .unwrap()
                 .1
         };

@@ -86,7 +86,9 @@ impl CompileError {
     pub fn is_limit(&self) -> bool {
         matches!(
             self,
-            CompileError::TooLarge { .. } | CompileError::Timeout { .. } | CompileError::Memory { .. }
+            CompileError::TooLarge { .. }
+                | CompileError::Timeout { .. }
+                | CompileError::Memory { .. }
         )
     }
 }
@@ -133,7 +135,11 @@ fn in_child(exe: &PathBuf, bytes: &[u8], limits: &CompileLimits) -> Result<Vec<u
     let memory = limits.memory_bytes;
     // A CPU bound as a backstop to the wall-clock kill (every core busy).
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
-    let cpu = limits.timeout.as_secs().saturating_add(1).saturating_mul(cores);
+    let cpu = limits
+        .timeout
+        .as_secs()
+        .saturating_add(1)
+        .saturating_mul(cores);
     let mut cmd = Command::new(exe);
     cmd.arg(CHILD_COMMAND)
         .env_clear()
@@ -164,18 +170,15 @@ fn in_child(exe: &PathBuf, bytes: &[u8], limits: &CompileLimits) -> Result<Vec<u
     }
     let mut child = cmd.spawn().map_err(proc_err)?;
     let pid = child.id();
-    let (mut stdin, mut stdout, mut stderr) = match (
-        child.stdin.take(),
-        child.stdout.take(),
-        child.stderr.take(),
-    ) {
-        (Some(i), Some(o), Some(e)) => (i, o, e),
-        _ => {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(CompileError::Process("no pipes".into()));
-        }
-    };
+    let (mut stdin, mut stdout, mut stderr) =
+        match (child.stdin.take(), child.stdout.take(), child.stderr.take()) {
+            (Some(i), Some(o), Some(e)) => (i, o, e),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(CompileError::Process("no pipes".into()));
+            }
+        };
     // The artifact is a few times the component; more is not ours.
     let max_out = (bytes.len() as u64).saturating_mul(16).max(64 << 20);
     let input = bytes.to_vec();

@@ -856,8 +856,7 @@ impl ImportHarness {
         if made.links > caps::LINKS
             || made.node_addresses_and_routes > caps::NODE_ADDRESSES_AND_ROUTES
             || made.tc > caps::TC
-            || ledger.filter_added.len()
-                > caps::RULES + caps::RULES_PER_PORT_MAPPING * self.ports
+            || ledger.filter_added.len() > caps::RULES + caps::RULES_PER_PORT_MAPPING * self.ports
         {
             return Err(format!(
                 "past the attachment's caps: {made:?}, {} rules",
@@ -1083,7 +1082,11 @@ mod tests {
         let mut made = 0;
         for i in 0..3 * caps::LINKS {
             let out = h
-                .call(Import::CreateIfb(Handle::Issued(1), format!("ifbcap{i}"), None))
+                .call(Import::CreateIfb(
+                    Handle::Issued(1),
+                    format!("ifbcap{i}"),
+                    None,
+                ))
                 .unwrap();
             if out.starts_with("Ok(") {
                 made += 1;
@@ -1134,7 +1137,10 @@ mod tests {
             Import::AddAddress(Handle::Issued(0), "cni0".into(), "10.1.0.1/24".into()),
         ] {
             let out = h.call(attack.clone()).unwrap();
-            assert!(out.contains("only ADD changes the node"), "{attack:?}: {out}");
+            assert!(
+                out.contains("only ADD changes the node"),
+                "{attack:?}: {out}"
+            );
             h.check().unwrap();
         }
         h.finish(true).unwrap();

@@ -158,9 +158,14 @@ impl Made {
             ),
             (self.tc + more.tc, caps::TC, "traffic-control objects"),
         ];
-        checks.iter().find(|(n, cap, _)| n > cap).map(|(_, cap, what)| {
-            format!("an attachment may make at most {cap} {what} (the host's cap per attachment)")
-        })
+        checks
+            .iter()
+            .find(|(n, cap, _)| n > cap)
+            .map(|(_, cap, what)| {
+                format!(
+                    "an attachment may make at most {cap} {what} (the host's cap per attachment)"
+                )
+            })
     }
 
     fn add(&mut self, more: &Made) {
