@@ -337,7 +337,10 @@ fn check_peer(peer: &Peer, inv: &cni::Invocation, conf: &config::NetConf) -> Res
         return Ok(());
     }
     let who = format!("uid {}", peer.uid);
-    if inv.netns.as_deref().is_some_and(|p| !p.is_empty()) && peer.netns.is_none() {
+    // Without the descriptor, a DEL goes on as if the namespace were gone
+    // (`dispatch` opens nothing); ADD and CHECK need it.
+    let named = inv.netns.as_deref().is_some_and(|p| !p.is_empty());
+    if named && peer.netns.is_none() && inv.command != Command::Del {
         return Err(CniError::new(
             ErrorCode::InvalidEnvironment,
             format!("CNI_NETNS: a non-root daemon peer ({who}) passes the namespace as a descriptor it opened itself (a client of this version does); the daemon does not open a path on its behalf"),
@@ -421,9 +424,20 @@ fn dispatch(
         netns: inv.netns.clone(),
         // The namespace the peer opened, reachable (also by a native
         // plugin's process) while this process holds the descriptor.
-        netns_open: peer
-            .and_then(|p| p.netns.as_ref())
-            .map(|fd| format!("/proc/{}/fd/{}", std::process::id(), fd.as_raw_fd())),
+        // A non-root peer's namespace only as it passed it (none: an empty
+        // path the host does not open).
+        netns_open: match peer {
+            Some(p) => match &p.netns {
+                Some(fd) => Some(format!(
+                    "/proc/{}/fd/{}",
+                    std::process::id(),
+                    fd.as_raw_fd()
+                )),
+                None if !p.is_root() => Some(String::new()),
+                None => None,
+            },
+            None => None,
+        },
         peer_uid: peer.filter(|p| !p.is_root()).map(|p| p.uid),
         args: inv.args.clone(),
     };

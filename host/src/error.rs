@@ -152,6 +152,10 @@ fn call_error(e: CallError) -> CniError {
         {
             CniError::new(ErrorCode::Io, msg)
         }
+        // A compile the node was too busy to finish: worth a retry.
+        CallError::CompileLimit { error, .. } if error.is_transient() => {
+            CniError::new(ErrorCode::TryAgainLater, msg)
+        }
         CallError::NotFound { .. }
         | CallError::Image { .. }
         | CallError::BadName { .. }
@@ -225,6 +229,24 @@ mod tests {
         ]));
         assert_eq!(c.code, 5);
         assert_eq!(c.msg, "a; b");
+    }
+
+    #[test]
+    fn a_compile_bound_is_for_good_and_a_busy_node_is_try_again() {
+        use crate::sandbox::compile::CompileError;
+        let limit = |error| {
+            CniError::from(HostError::from(CallError::CompileLimit {
+                plugin: "p".into(),
+                path: "/x/p.wasm".into(),
+                error: Box::new(error),
+            }))
+        };
+        assert_eq!(limit(CompileError::Timeout { ms: 5 }).code, 7);
+        assert_eq!(limit(CompileError::Memory { bytes: 1 }).code, 7);
+        assert_eq!(limit(CompileError::TooLarge { size: 2, max: 1 }).code, 7);
+        let busy = limit(CompileError::Overloaded { ms: 45_000 });
+        assert_eq!(busy.code, 11);
+        assert!(busy.msg.contains("try again later"), "{}", busy.msg);
     }
 
     #[test]

@@ -889,7 +889,7 @@ fn a_component_too_large_or_too_costly_to_compile_is_refused() {
         (
             "compileMs",
             5,
-            "compiling took longer than 5 ms (wasm.compileMs)",
+            "compiling took more than 5 ms of CPU time (wasm.compileMs)",
         ),
         (
             "compileMemoryBytes",

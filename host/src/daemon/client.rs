@@ -206,17 +206,14 @@ pub fn run(vars: Vec<(String, String)>, stdin: Vec<u8>) -> Response {
             );
         }
     };
-    let mut env: Vec<(String, String)> = vars
+    let env: Vec<(String, String)> = vars
         .into_iter()
         .filter(|(k, _)| wire::forwarded(k))
         .collect();
     // The namespace goes as a descriptor this client opened with its own
     // credentials, in its own mount namespace: the daemon never opens a
     // path on a peer's behalf (and may not even see it).
-    let netns = match open_netns(command, &mut env) {
-        Ok(fd) => fd,
-        Err(e) => return reply(e, peek.cni_version.as_deref()),
-    };
+    let netns = open_netns(command, &env);
     let wait = peek.budget + SLACK;
     let request = Request {
         env,
@@ -239,42 +236,26 @@ pub fn run(vars: Vec<(String, String)>, stdin: Vec<u8>) -> Response {
     }
 }
 
-/// `CNI_NETNS`, opened for ADD, CHECK and DEL. A DEL whose namespace
-/// cannot be opened goes on without one (the runtime may call DEL once the
-/// namespace is gone); ADD and CHECK fail here, as a plugin would.
-fn open_netns(
-    command: Option<&str>,
-    env: &mut Vec<(String, String)>,
-) -> Result<Option<OwnedFd>, CniError> {
+/// `CNI_NETNS`, opened for ADD, CHECK and DEL. One this client cannot
+/// open goes without a descriptor: the daemon then does what a process of
+/// the peer's own would find (for root, the path; for others, a namespace
+/// that cannot be opened: DEL goes on without it, ADD and CHECK fail).
+fn open_netns(command: Option<&str>, env: &[(String, String)]) -> Option<OwnedFd> {
     if !matches!(command, Some("ADD" | "CHECK" | "DEL")) {
-        return Ok(None);
+        return None;
     }
-    let Some(path) = env
+    let path = env
         .iter()
         .find(|(k, _)| k == "CNI_NETNS")
-        .map(|(_, v)| v.clone())
-        .filter(|p| !p.is_empty())
-    else {
-        return Ok(None);
-    };
+        .map(|(_, v)| v.as_str())
+        .filter(|p| !p.is_empty())?;
     use rustix::fs::{open, Mode, OFlags};
-    match open(
-        path.as_str(),
-        OFlags::RDONLY | OFlags::CLOEXEC,
-        Mode::empty(),
-    ) {
-        Ok(fd) => Ok(Some(fd)),
-        Err(e) if command == Some("DEL") => {
-            crate::log::info(format_args!(
-                "CNI_NETNS {path:?} cannot be opened ({e}): DEL without it"
-            ));
-            env.retain(|(k, _)| k != "CNI_NETNS");
-            Ok(None)
+    match open(path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()) {
+        Ok(fd) => Some(fd),
+        Err(e) => {
+            crate::log::debug(format_args!("CNI_NETNS {path:?}: {e}"));
+            None
         }
-        Err(e) => Err(CniError::new(
-            ErrorCode::Internal,
-            format!("failed to open netns {path:?}: {e}"),
-        )),
     }
 }
 

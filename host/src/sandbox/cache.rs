@@ -236,6 +236,32 @@ impl ArtifactCache {
                 return Ok((c, Origin::Cached));
             }
         }
+        // One compile of a component per node at a time: the others wait
+        // for its artifact. A node starting many pods at once (after an
+        // upgrade, say) would otherwise compile it in every process, each
+        // slower for the others.
+        let _compiling = match usable_dir {
+            Some(dir) => match compile_lock(dir, digest, limits.wall()) {
+                Ok(lock) => {
+                    if let Some(c) = self.load_trusted(engine, name, dir, digest) {
+                        return Ok((c, Origin::Cached));
+                    }
+                    Some(lock)
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                    return Err(super::compile::CompileError::Overloaded {
+                        ms: limits.wall().as_millis(),
+                    })
+                }
+                Err(e) => {
+                    log::warn(format_args!(
+                        "{name}: compiling without the cache's lock: {e}"
+                    ));
+                    None
+                }
+            },
+            None => None,
+        };
 
         let component = super::compile::compile(engine, bytes, limits)?;
         self.compiled.fetch_add(1, Ordering::Relaxed);
@@ -256,6 +282,20 @@ impl ArtifactCache {
         }
         Ok((component, Origin::Compiled))
     }
+}
+
+/// `<digest>.lock` in the cache directory, held: waited for until `wait`
+/// has passed (`TimedOut` then).
+fn compile_lock(dir: &Path, digest: &str, wait: std::time::Duration) -> std::io::Result<File> {
+    let file = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(dir.join(format!("{digest}.lock")))?;
+    crate::fsutil::lock_exclusive(&file, Some(std::time::Instant::now() + wait))?;
+    Ok(file)
 }
 
 /// First line of every artifact's trailer, followed by
