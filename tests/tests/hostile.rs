@@ -561,7 +561,10 @@ fn a_planted_artifact_is_never_loaded() {
             .unwrap()
             .flatten()
             .map(|e| e.path())
-            .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(digest))
+            .find(|p| {
+                let name = p.file_name().unwrap().to_string_lossy().into_owned();
+                name.starts_with(digest) && name.ends_with(".cwasm")
+            })
             .unwrap()
     };
     let mine = artifact_of(&digest);

@@ -577,8 +577,10 @@ fn check_policy(c: &PolicyCase) {
 }
 
 /// What the policy lets through for a filter rule: additions only in ADD,
-/// removals in ADD and DEL; addresses are the attachment's own; an added
-/// port map is a granted one; a node link is one the attachment created.
+/// removals in ADD and DEL; an added rule names only the attachment's own
+/// addresses (checks and removals match only its own, tagged rules,
+/// whatever they name); an added port map is a granted one; a node link is
+/// one the attachment created.
 fn check_filter_policy(g: &Grants, op: u8, rule: &Rule) {
     let op = [FilterOp::Add, FilterOp::Check, FilterOp::Remove][op as usize % 3];
     let Ok(need) = g.filter(rule, op) else {
@@ -589,7 +591,7 @@ fn check_filter_policy(g: &Grants, op: u8, rule: &Rule) {
         FilterOp::Remove => assert!(matches!(g.command, Command::Add | Command::Del)),
         FilterOp::Check => {}
     }
-    let own = |a: &IpAddr| g.own_nets.iter().any(|n| n.addr() == *a);
+    let own = |a: &IpAddr| op != FilterOp::Add || g.own_nets.iter().any(|n| n.addr() == *a);
     match rule {
         Rule::Masquerade { source: a, .. }
         | Rule::HairpinMasquerade { dst: a }

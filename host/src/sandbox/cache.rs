@@ -284,16 +284,21 @@ impl ArtifactCache {
     }
 }
 
-/// `<digest>.lock` in the cache directory, held: waited for until `wait`
-/// has passed (`TimedOut` then).
+/// `locks/<digest>.lock` under the cache directory, held: waited for until
+/// `wait` has passed (`TimedOut` then).
 fn compile_lock(dir: &Path, digest: &str, wait: std::time::Duration) -> std::io::Result<File> {
+    let locks = dir.join("locks");
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&locks)?;
     let file = fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW)
-        .open(dir.join(format!("{digest}.lock")))?;
+        .open(locks.join(format!("{digest}.lock")))?;
     crate::fsutil::lock_exclusive(&file, Some(std::time::Instant::now() + wait))?;
     Ok(file)
 }
