@@ -121,13 +121,13 @@ enum Cmd {
     /// The image store.
     #[command(subcommand)]
     Images(ImagesCmd),
-    /// Tools for plugin authors.
-    #[cfg(feature = "fake")]
+    /// Tools for plugin authors (`plugin test` runs in
+    /// `wasm-cni-plugin-test`, beside this binary: the kernel model it
+    /// needs is not in what nodes run).
     #[command(subcommand)]
     Plugin(PluginCmd),
 }
 
-#[cfg(feature = "fake")]
 #[derive(Subcommand)]
 enum PluginCmd {
     /// Check a component against the CNI contract as an ordinary user, in
@@ -138,7 +138,6 @@ enum PluginCmd {
     Test(PluginTestArgs),
 }
 
-#[cfg(feature = "fake")]
 #[derive(clap::Args)]
 struct PluginTestArgs {
     /// The component; its file stem is its `type`, and IPAM delegates are
@@ -169,7 +168,7 @@ struct PluginTestArgs {
     /// The whole run's bound: no plugin call runs past it (each call's
     /// deadline is cut to what is left), and the properties not reached
     /// by then fail, saying so. A component cannot make the run longer.
-    #[arg(long, value_name = "SECONDS", default_value_t = crate::plugin_test::DEFAULT_MAX_SECONDS)]
+    #[arg(long, value_name = "SECONDS", default_value_t = crate::sandbox::limits::PLUGIN_TEST_MAX_SECONDS)]
     max_seconds: u64,
 }
 
@@ -407,7 +406,6 @@ pub fn main() -> i32 {
         Cmd::Push(p) => push(&p),
         Cmd::Images(ImagesCmd::Ls { image_dir }) => images(&image_dir),
         Cmd::Images(ImagesCmd::Rm { images, image_dir }) => remove_images(&image_dir, &images),
-        #[cfg(feature = "fake")]
         Cmd::Plugin(PluginCmd::Test(t)) => plugin_test(t),
     };
     match result {
@@ -814,6 +812,23 @@ fn json_arg(what: &str, text: &str) -> Result<Value, String> {
     serde_json::from_str(&text).map_err(|e| format!("{what}: {e}"))
 }
 
+/// What runs `plugin test` when this binary has no kernel model: the
+/// plugin-test binary beside it, with the same arguments.
+pub const PLUGIN_TEST_BIN: &str = "wasm-cni-plugin-test";
+
+#[cfg(not(feature = "fake"))]
+fn plugin_test(_t: PluginTestArgs) -> Result<i32, String> {
+    use std::os::unix::process::CommandExt;
+    let me = std::env::current_exe().map_err(|e| format!("this binary's path: {e}"))?;
+    let sibling = me.with_file_name(PLUGIN_TEST_BIN);
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    let e = std::process::Command::new(&sibling).args(args).exec();
+    Err(format!(
+        "plugin test runs in {PLUGIN_TEST_BIN} (the kernel model it needs is not in this binary): {}: {e}",
+        sibling.display()
+    ))
+}
+
 #[cfg(feature = "fake")]
 fn plugin_test(t: PluginTestArgs) -> Result<i32, String> {
     let config = json_arg("--config", &format!("@{}", t.config.display()))?;
@@ -848,6 +863,38 @@ fn plugin_test(t: PluginTestArgs) -> Result<i32, String> {
     let verdicts = crate::plugin_test::run(&opts)?;
     print!("{}", crate::plugin_test::render(&verdicts, t.json));
     Ok(if verdicts.iter().all(|v| v.ok) { 0 } else { 1 })
+}
+
+/// What the `wasm-cni` binaries run: a CNI plugin when the runtime sets
+/// `CNI_COMMAND`, the compiler child, or the operator CLI.
+pub fn process_main() -> ! {
+    // Components are compiled in a child process of this executable, under
+    // a deadline and a memory bound (sandbox::compile).
+    if std::env::args_os().nth(1).as_deref()
+        == Some(std::ffi::OsStr::new(crate::sandbox::compile::CHILD_COMMAND))
+    {
+        std::process::exit(crate::sandbox::compile::child_main());
+    }
+    crate::sandbox::compile::use_child_process();
+    if std::env::var_os("CNI_COMMAND").is_some() {
+        let vars = std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+            .collect();
+        let mut stdin = Vec::new();
+        if let Err(e) = std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut stdin) {
+            let e =
+                crate::cni::CniError::new(crate::cni::ErrorCode::Io, format!("reading stdin: {e}"));
+            eprintln!("wasm-cni error: {e}");
+            print!("{}", e.to_json(None));
+            std::process::exit(1);
+        }
+        // Through the daemon when the config asks for one, else in-process.
+        let out = crate::daemon::client::run(vars, stdin);
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), out.stderr.as_bytes());
+        print!("{}", out.stdout);
+        std::process::exit(out.exit_code);
+    }
+    std::process::exit(main());
 }
 
 #[cfg(test)]

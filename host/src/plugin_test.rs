@@ -50,10 +50,8 @@ pub struct Options {
     pub time_limit: Duration,
 }
 
-/// `--max-seconds` unless given: the bundled plugins' whole fault sweeps
-/// take under a second each; a component that spins into every deadline
-/// would otherwise set the run time itself ((host calls + 1) × deadline).
-pub const DEFAULT_MAX_SECONDS: u64 = 120;
+/// `--max-seconds` unless given.
+pub use crate::sandbox::limits::PLUGIN_TEST_MAX_SECONDS as DEFAULT_MAX_SECONDS;
 
 /// What a call refused for want of time says.
 const OUT_OF_TIME: &str = "the run's time bound (--max-seconds) was reached";

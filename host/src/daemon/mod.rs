@@ -25,7 +25,7 @@
 
 pub mod client;
 mod metrics;
-pub mod wire;
+pub use wasm_cni_client::wire;
 
 use std::collections::HashMap;
 use std::fs;

@@ -18,6 +18,13 @@ pub const DEFAULT_HOST_CALL_BUDGET: u64 = 10_000;
 /// Size of a result, serialised as JSON.
 pub const DEFAULT_MAX_RESULT_BYTES: u64 = 1 << 20;
 
+/// `plugin test`'s whole-run bound unless `--max-seconds` says otherwise:
+/// the bundled plugins' whole fault sweeps take under a second each; a
+/// component that spins into every deadline would otherwise set the run
+/// time itself ((host calls + 1) × deadline). Here, not in `plugin_test`,
+/// because the CLI of the binary without the model shows it too.
+pub const PLUGIN_TEST_MAX_SECONDS: u64 = 120;
+
 /// Granularity of the deadline: the epoch advances every tick.
 pub const TICK: Duration = Duration::from_millis(5);
 

@@ -1,0 +1,434 @@
+//! One CNI call, through the daemon or to the caller's `local` engine: the
+//! mode and socket come from the config (`daemon`, `daemonSocket`), and a
+//! per-invocation run happens only for `"off"` (the default), or for
+//! `"prefer"` when no daemon listens.
+//!
+//! Once a request is sent the client never falls back to running the chain
+//! itself: the daemon may be doing it, and two runs of one ADD would race.
+//! A daemon that does not answer in time is "try again later" (11).
+
+use std::io::Write;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::wire::{self, Request, Response};
+use crate::{code, error_json};
+
+/// A plugin's deadline unless its `wasm.deadlineMs` says otherwise (the
+/// engine's default; a test in the engine keeps the two equal).
+pub const DEFAULT_DEADLINE_MS: u64 = 10_000;
+
+/// What the client logs: a level (`error`, `warn`, `info`, `debug`) and a
+/// line; the caller decides where it goes.
+pub type Log<'a> = &'a dyn Fn(&'static str, &str);
+
+/// A CNI error the client answers itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientError {
+    pub code: u32,
+    pub msg: String,
+}
+
+impl ClientError {
+    fn new(code: u32, msg: impl Into<String>) -> Self {
+        ClientError {
+            code,
+            msg: msg.into(),
+        }
+    }
+}
+
+/// Where the daemon listens unless the config says `daemonSocket`.
+pub const DEFAULT_SOCKET: &str = "/run/wasm-cni/daemon.sock";
+
+/// `daemon` in the `wasm-cni` plugin config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Run the chain in this process (the default).
+    Off,
+    /// Use the daemon when one answers, else run in-process with a warning.
+    Prefer,
+    /// Use the daemon; when none answers, fail at once with code 11.
+    Require,
+}
+
+impl Mode {
+    pub fn parse(s: &str) -> Option<Mode> {
+        match s {
+            "off" => Some(Mode::Off),
+            "prefer" => Some(Mode::Prefer),
+            "require" => Some(Mode::Require),
+            _ => None,
+        }
+    }
+}
+
+/// What the client needs from stdin, and nothing more.
+struct Peek {
+    mode: Mode,
+    socket: PathBuf,
+    cni_version: Option<String>,
+    /// How long the chain may take: every plugin's and IPAM delegate's
+    /// deadline, summed.
+    budget: Duration,
+}
+
+/// How long the chain of a request's config may take: every plugin's and
+/// IPAM delegate's deadline, summed (the default when there is no chain).
+pub fn budget_of(stdin: &[u8]) -> Duration {
+    let Ok(Value::Object(conf)) = serde_json::from_slice::<Value>(stdin) else {
+        return Duration::from_millis(DEFAULT_DEADLINE_MS);
+    };
+    budget(&conf)
+}
+
+fn budget(conf: &serde_json::Map<String, Value>) -> Duration {
+    let deadline = |v: Option<&Value>| {
+        v.and_then(|w| w.get("deadlineMs"))
+            .and_then(Value::as_u64)
+            .unwrap_or(DEFAULT_DEADLINE_MS)
+    };
+    let ms = conf
+        .get("chain")
+        .and_then(Value::as_array)
+        .map(|chain| {
+            chain
+                .iter()
+                .map(|e| {
+                    let ipam = e.get("ipam").map_or(0, |i| deadline(i.get("wasm")));
+                    deadline(e.get("wasm")).saturating_add(ipam)
+                })
+                .fold(0u64, u64::saturating_add)
+        })
+        .unwrap_or(DEFAULT_DEADLINE_MS);
+    Duration::from_millis(ms)
+}
+
+fn peek(stdin: &[u8]) -> Result<Peek, (ClientError, Option<String>)> {
+    // Anything unparsable is the edge's to report, in-process.
+    let Ok(Value::Object(conf)) = serde_json::from_slice::<Value>(stdin) else {
+        return Ok(Peek {
+            mode: Mode::Off,
+            socket: PathBuf::new(),
+            cni_version: None,
+            budget: Duration::ZERO,
+        });
+    };
+    let cni_version = conf
+        .get("cniVersion")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let mode = match conf.get("daemon") {
+        None | Some(Value::Null) => Mode::Off,
+        Some(Value::String(s)) => Mode::parse(s).ok_or_else(|| {
+            (
+                ClientError::new(
+                    code::INVALID_CONFIG,
+                    format!("daemon: {s:?} is not one of \"off\", \"prefer\", \"require\""),
+                ),
+                cni_version.clone(),
+            )
+        })?,
+        Some(_) => {
+            return Err((
+                ClientError::new(code::INVALID_CONFIG, "daemon must be a string"),
+                cni_version,
+            ))
+        }
+    };
+    let socket = match conf.get("daemonSocket") {
+        None | Some(Value::Null) => PathBuf::from(DEFAULT_SOCKET),
+        Some(Value::String(s)) if s.starts_with('/') => PathBuf::from(s),
+        Some(_) => {
+            return Err((
+                ClientError::new(
+                    code::INVALID_CONFIG,
+                    "daemonSocket must be an absolute path",
+                ),
+                cni_version,
+            ))
+        }
+    };
+    Ok(Peek {
+        mode,
+        socket,
+        cni_version,
+        budget: budget(&conf),
+    })
+}
+
+/// How long past the chain's own budget the client waits: the daemon may
+/// queue the request behind another for the same attachment.
+const SLACK: Duration = Duration::from_secs(10);
+
+fn reply(log: Log<'_>, e: ClientError, cni_version: Option<&str>) -> Response {
+    log("error", &e.msg);
+    Response {
+        exit_code: 1,
+        stdout: error_json(e.code, &e.msg, cni_version),
+        stderr: String::new(),
+    }
+}
+
+/// Why a call goes to the engine rather than to the daemon.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Local {
+    /// The network does not use the daemon (`"off"`, the default), or the
+    /// call needs none (VERSION, an unknown verb).
+    Off,
+    /// `"prefer"`, and no daemon answers: what the engine warns about
+    /// when it runs the chain itself (a client that hands the call to an
+    /// engine process leaves it to that engine, which looks again).
+    NoDaemon(String),
+}
+
+/// Serve one CNI invocation: through the daemon, or with `local` (the engine,
+/// in this process or another).
+pub fn run(
+    vars: Vec<(String, String)>,
+    stdin: Vec<u8>,
+    local: impl FnOnce(Local, Vec<(String, String)>, Vec<u8>) -> Response,
+    log: Log<'_>,
+) -> Response {
+    let command = vars
+        .iter()
+        .find(|(k, _)| k == "CNI_COMMAND")
+        .map(|(_, v)| v.clone());
+    let command = command.as_deref();
+    let peeked = match command {
+        // VERSION needs no daemon, and an unknown verb is the edge's error.
+        Some("ADD" | "DEL" | "CHECK" | "STATUS" | "GC") => peek(&stdin),
+        _ => Ok(Peek {
+            mode: Mode::Off,
+            socket: PathBuf::new(),
+            cni_version: None,
+            budget: Duration::ZERO,
+        }),
+    };
+    let peek = match peeked {
+        Ok(p) => p,
+        Err((e, version)) => return reply(log, e, version.as_deref()),
+    };
+    if peek.mode == Mode::Off {
+        return local(Local::Off, vars, stdin);
+    }
+    let stream = match UnixStream::connect(&peek.socket) {
+        Ok(s) => s,
+        Err(e) if peek.mode == Mode::Prefer => {
+            let why = format!(
+                "no daemon at {} ({e}); running in-process",
+                peek.socket.display()
+            );
+            return local(Local::NoDaemon(why), vars, stdin);
+        }
+        Err(e) => {
+            // STATUS asks whether ADD can be served: not without the daemon.
+            let code = match command {
+                Some("STATUS") => code::STATUS_UNAVAILABLE,
+                _ => code::TRY_AGAIN_LATER,
+            };
+            return reply(
+                log,
+                ClientError::new(
+                    code,
+                    format!(
+                        "the wasm-cni daemon is not reachable at {}: {e}",
+                        peek.socket.display()
+                    ),
+                ),
+                peek.cni_version.as_deref(),
+            );
+        }
+    };
+    let env: Vec<(String, String)> = vars
+        .into_iter()
+        .filter(|(k, _)| wire::forwarded(k))
+        .collect();
+    // The namespace goes as a descriptor this client opened with its own
+    // credentials, in its own mount namespace: the daemon never opens a
+    // path on a peer's behalf (and may not even see it).
+    let netns = open_netns(command, &env, log);
+    let wait = peek.budget + SLACK;
+    let request = Request {
+        env,
+        stdin,
+        netns_fd: netns.is_some(),
+        wait_ms: Some(u32::try_from(wait.as_millis()).unwrap_or(u32::MAX)),
+    };
+    match exchange(stream, &request, netns, wait) {
+        Ok(r) => r,
+        Err(why) => reply(
+            log,
+            ClientError::new(
+                code::TRY_AGAIN_LATER,
+                format!(
+                    "the wasm-cni daemon at {} gave no answer: {why}",
+                    peek.socket.display()
+                ),
+            ),
+            peek.cni_version.as_deref(),
+        ),
+    }
+}
+
+/// `CNI_NETNS`, opened for ADD, CHECK and DEL. One this client cannot
+/// open goes without a descriptor: the daemon then does what a process of
+/// the peer's own would find (for root, the path; for others, a namespace
+/// that cannot be opened: DEL goes on without it, ADD and CHECK fail).
+fn open_netns(command: Option<&str>, env: &[(String, String)], log: Log<'_>) -> Option<OwnedFd> {
+    if !matches!(command, Some("ADD" | "CHECK" | "DEL")) {
+        return None;
+    }
+    let path = env
+        .iter()
+        .find(|(k, _)| k == "CNI_NETNS")
+        .map(|(_, v)| v.as_str())
+        .filter(|p| !p.is_empty())?;
+    use rustix::fs::{open, Mode, OFlags};
+    match open(path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()) {
+        Ok(fd) => Some(fd),
+        Err(e) => {
+            log("debug", &format!("CNI_NETNS {path:?}: {e}"));
+            None
+        }
+    }
+}
+
+/// Send `bytes`, the first of them with `fd` attached (`SCM_RIGHTS`).
+fn send(stream: &mut UnixStream, bytes: &[u8], fd: Option<&OwnedFd>) -> std::io::Result<()> {
+    use rustix::net::{sendmsg, SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+    let Some(fd) = fd else {
+        return stream.write_all(bytes);
+    };
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut cmsg = SendAncillaryBuffer::new(&mut space);
+    let fds = [fd.as_fd()];
+    if !cmsg.push(SendAncillaryMessage::ScmRights(&fds)) {
+        return Err(std::io::Error::other("no room for the descriptor"));
+    }
+    let n = loop {
+        match sendmsg(
+            &*stream,
+            &[std::io::IoSlice::new(bytes)],
+            &mut cmsg,
+            SendFlags::NOSIGNAL,
+        ) {
+            Ok(n) => break n,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    };
+    stream.write_all(&bytes[n..])
+}
+
+fn exchange(
+    mut stream: UnixStream,
+    request: &Request,
+    netns: Option<OwnedFd>,
+    wait: Duration,
+) -> Result<Response, String> {
+    stream
+        .set_write_timeout(Some(wait))
+        .and_then(|()| stream.set_read_timeout(Some(wait)))
+        .map_err(|e| e.to_string())?;
+    // A daemon that refuses this client answers before reading it all:
+    // the answer, if there is one, says more than the broken pipe.
+    let sent = send(&mut stream, &request.encode(), netns.as_ref());
+    drop(netns);
+    // Tell the daemon the request is complete; the answer still comes back.
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    match (Response::read(&mut stream), sent) {
+        (Ok(r), _) => Ok(r),
+        (Err(_), Err(e)) => Err(format!("sending the request: {e}")),
+        (Err(e), Ok(())) if e.is_timeout() => {
+            Err(format!("no answer within {} ms", wait.as_millis()))
+        }
+        (Err(e), Ok(())) => Err(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mode_and_socket_come_from_the_config() {
+        let p = peek(br#"{"cniVersion":"1.0.0","daemon":"require","daemonSocket":"/tmp/d.sock","chain":[{"type":"a","wasm":{"deadlineMs":500}},{"type":"b","ipam":{"type":"c"}}]}"#).unwrap();
+        assert_eq!(p.mode, Mode::Require);
+        assert_eq!(p.socket, PathBuf::from("/tmp/d.sock"));
+        assert_eq!(
+            p.budget,
+            Duration::from_millis(500 + 2 * DEFAULT_DEADLINE_MS)
+        );
+        let p = peek(br#"{"cniVersion":"1.0.0","chain":[]}"#).unwrap();
+        assert_eq!(p.mode, Mode::Off);
+        assert_eq!(p.socket, PathBuf::from(DEFAULT_SOCKET));
+        let (e, v) = peek(br#"{"cniVersion":"1.0.0","daemon":"maybe"}"#)
+            .err()
+            .unwrap();
+        assert_eq!(e.code, 7);
+        assert_eq!(v.as_deref(), Some("1.0.0"));
+        assert!(peek(br#"{"daemon":"prefer","daemonSocket":"rel/d.sock"}"#).is_err());
+        // Garbage goes to the edge, which reports it as it always does.
+        assert_eq!(peek(b"{not json").unwrap().mode, Mode::Off);
+    }
+
+    #[test]
+    fn a_daemon_that_is_down_is_try_again_later_at_once_or_local() {
+        let dir = std::env::temp_dir().join(format!("wasm-cni-client-{}", std::process::id()));
+        let conf = |mode: &str| {
+            format!(
+                r#"{{"cniVersion":"1.0.0","name":"n","daemon":"{mode}","daemonSocket":"{}/none.sock","chain":[{{"type":"x"}}]}}"#,
+                dir.display()
+            )
+            .into_bytes()
+        };
+        let vars = |cmd: &str| vec![("CNI_COMMAND".to_string(), cmd.to_string())];
+        let lines = std::cell::RefCell::new(Vec::<String>::new());
+        let log = |level: &'static str, line: &str| {
+            lines.borrow_mut().push(format!("{level}: {line}"));
+        };
+        let local = |why: Local, _: Vec<(String, String)>, _: Vec<u8>| Response {
+            exit_code: 0,
+            stdout: match why {
+                Local::Off => "local".into(),
+                Local::NoDaemon(w) => format!("local: {w}"),
+            },
+            stderr: String::new(),
+        };
+        let started = std::time::Instant::now();
+        let out = run(vars("ADD"), conf("require"), local, &log);
+        assert!(started.elapsed() < Duration::from_millis(100));
+        assert_eq!(out.exit_code, 1);
+        assert!(out.stdout.contains("\"code\": 11"), "{}", out.stdout);
+        let out = run(vars("STATUS"), conf("require"), local, &log);
+        assert!(out.stdout.contains("\"code\": 50"), "{}", out.stdout);
+        // prefer: the local engine, told why (it says so, once).
+        let out = run(vars("ADD"), conf("prefer"), local, &log);
+        assert!(
+            out.stdout.starts_with("local: no daemon at"),
+            "{}",
+            out.stdout
+        );
+        assert!(
+            !lines.borrow().iter().any(|l| l.contains("no daemon")),
+            "the engine says it, not the client: {:?}",
+            lines.borrow()
+        );
+        // off: local, without asking anyone.
+        let out = run(vars("ADD"), conf("off"), local, &log);
+        assert_eq!(out.stdout, "local");
+    }
+
+    #[test]
+    fn errors_print_as_the_engine_prints_them() {
+        assert_eq!(
+            error_json(11, "a <b>", Some("1.0.0")),
+            "{\n    \"cniVersion\": \"1.0.0\",\n    \"code\": 11,\n    \"msg\": \"a \\u003cb\\u003e\"\n}"
+        );
+    }
+}
