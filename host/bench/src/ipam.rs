@@ -62,11 +62,10 @@ pub fn run_once(
                 &state,
                 &[json!({"type": "host-local", "ipam": ipam})],
             );
-            let conf = match (side, daemon) {
-                (Side::Daemon, Some(d)) => d.conf(conf),
-                _ => conf,
-            };
-            (progs.wasm_cni.clone(), conf)
+            match (side, daemon) {
+                (Side::Daemon, Some(d)) => (progs.client.clone(), d.conf(conf)),
+                _ => (progs.wasm_cni.clone(), conf),
+            }
         }
     };
     // What the daemon did before this run is not this run's.

@@ -159,15 +159,32 @@ fn want(args: &Args, item: u8) -> bool {
     args.only.is_empty() || args.only.contains(&item) || (item == 3 && args.only.contains(&1))
 }
 
+/// The thin client beside the engine, installed as a node installs it:
+/// `wasm-cni` (the client) with `wasm-cni-engine` beside it. The engine
+/// itself when there is no client.
+fn client_layout(work: &WorkDir, engine: &Path) -> io::Result<PathBuf> {
+    let client = engine.with_file_name("wasm-cni-client");
+    if !client.is_file() {
+        return Ok(engine.to_path_buf());
+    }
+    let dir = work.root.join("client-bin");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::copy(&client, dir.join("wasm-cni"))?;
+    std::fs::copy(engine, dir.join("wasm-cni-engine"))?;
+    Ok(dir.join("wasm-cni"))
+}
+
 fn run(args: &Args) -> io::Result<()> {
     let root = workspace_root();
     let floor = std::env::current_exe()?.with_file_name("wasm-cni-floor");
     let work = WorkDir::new()?;
+    let wasm_cni = args
+        .wasm_cni
+        .clone()
+        .unwrap_or_else(|| floor.with_file_name("wasm-cni"));
     let progs = Programs {
-        wasm_cni: args
-            .wasm_cni
-            .clone()
-            .unwrap_or_else(|| floor.with_file_name("wasm-cni")),
+        wasm_cni: wasm_cni.clone(),
+        client: client_layout(&work, &wasm_cni)?,
         floor,
         reference: args.reference.clone(),
         components: args
@@ -198,7 +215,10 @@ fn run(args: &Args) -> io::Result<()> {
     let settle = Duration::from_millis(args.settle_ms);
     let bury = || proc::bury(Duration::from_millis(args.bury_ms));
     let bury_every = args.bury_every.max(1);
-    let mut report = Report::default();
+    let mut report = Report {
+        footprint: Some(Footprint::measure(&progs)?),
+        ..Report::default()
+    };
 
     // The daemon side: one warm daemon for the whole run.
     let daemon = DaemonSide::start(&progs.wasm_cni, &work)?;
@@ -474,6 +494,55 @@ struct Report {
     netavark_rss: Option<[Vec<Run>; 3]>,
     /// Item 8: IPAM on the etcd store.
     cluster: Vec<cluster::Point>,
+    /// What a node installs, against the reference set.
+    footprint: Option<Footprint>,
+}
+
+/// Bytes on disk of what a node installs.
+#[derive(Debug, Default)]
+struct Footprint {
+    engine: u64,
+    /// The thin client (0 when none was built).
+    client: u64,
+    components: u64,
+    /// Every regular file of the reference plugin directory.
+    reference: u64,
+    /// The reference bridge alone.
+    reference_bridge: u64,
+}
+
+impl Footprint {
+    fn measure(progs: &Programs) -> io::Result<Footprint> {
+        let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+        let dir_sum = |d: &Path, ext: Option<&str>| -> u64 {
+            std::fs::read_dir(d)
+                .map(|rd| {
+                    rd.flatten()
+                        .map(|e| e.path())
+                        .filter(|p| p.is_file())
+                        .filter(|p| ext.is_none_or(|x| p.extension().is_some_and(|e| e == x)))
+                        .map(|p| size(&p))
+                        .sum()
+                })
+                .unwrap_or(0)
+        };
+        let client = progs.wasm_cni.with_file_name("wasm-cni-client");
+        Ok(Footprint {
+            engine: size(&progs.wasm_cni),
+            client: size(&client),
+            components: dir_sum(&progs.components, Some("wasm")),
+            reference: dir_sum(&progs.reference, None),
+            reference_bridge: size(&progs.reference.join("bridge")),
+        })
+    }
+
+    fn installed(&self) -> u64 {
+        self.engine + self.client + self.components
+    }
+}
+
+fn mb(bytes: u64) -> String {
+    format!("{:.2}", bytes as f64 / 1e6)
 }
 
 /// One step of item 7: reference, wasm-cni, daemon runs, and the RSS pass
@@ -625,8 +694,8 @@ impl Report {
             heads.push(Headline {
                 what: "client peak RSS ÷ reference".into(),
                 value: format!("{}×", num(client.median)),
-                target: "≤ 1.0×".into(),
-                met: client.median <= 1.0,
+                target: "≤ 0.5×".into(),
+                met: client.median <= 0.5,
             });
         }
 
@@ -1001,6 +1070,40 @@ impl Report {
             },
             took.as_secs_f64()
         );
+        if let Some(fp) = &self.footprint {
+            let _ = writeln!(
+                body,
+                "\n## Footprint: what a node installs\n\n\
+                 Bytes on disk, in MB (10^6): the binaries as `cargo xtask` installs them in \
+                 `target/bin` (debug info and symbols split out into `target/bin/.debug`), the bundled components, \
+                 and every file of the reference plugin directory.\n\n\
+                 | | MB |\n|---|---|\n\
+                 | `wasm-cni` (the engine) | {} |\n\
+                 | `wasm-cni-client` (what the runtime executes in daemon mode) | {} |\n\
+                 | the bundled components | {} |\n\
+                 | installed, all of them | {} |\n\
+                 | the reference plugins, all of them | {} |\n\
+                 | the reference `bridge` | {} |",
+                mb(fp.engine),
+                mb(fp.client),
+                mb(fp.components),
+                mb(fp.installed()),
+                mb(fp.reference),
+                mb(fp.reference_bridge),
+            );
+            heads.push(Headline {
+                what: "installed footprint (engine + client + components), MB".into(),
+                value: mb(fp.installed()),
+                target: "≤ 22".into(),
+                met: fp.installed() <= 22_000_000,
+            });
+            heads.push(Headline {
+                what: "the binary a runtime executes in daemon mode, MB".into(),
+                value: mb(fp.client),
+                target: "≤ 1".into(),
+                met: fp.client > 0 && fp.client <= 1_000_000,
+            });
+        }
         if let Some(ratio) = cluster::scaling(&self.cluster) {
             heads.push(Headline {
                 what: "IPAM on etcd, 3 nodes ÷ 1 node (16 clients per node)".into(),

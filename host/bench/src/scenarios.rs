@@ -14,6 +14,10 @@ use crate::proc::{exec, in_netns, Cni, Measured, Netns, WorkDir};
 /// Where the programs under test are.
 pub struct Programs {
     pub wasm_cni: PathBuf,
+    /// What a runtime executes in daemon mode: the thin client, installed
+    /// as a node installs it (`wasm-cni`, the engine beside it as
+    /// `wasm-cni-engine`); the engine itself where no client was built.
+    pub client: PathBuf,
     pub floor: PathBuf,
     /// The Debian reference plugins (a CNI_PATH directory).
     pub reference: PathBuf,
@@ -314,7 +318,7 @@ fn run_entries(
         Side::Daemon => {
             let d = daemon.ok_or_else(|| io::Error::other("no daemon"))?;
             let conf = d.conf(wasm_conf(progs, &state, &entries));
-            (vec![progs.wasm_cni.clone()], vec![conf])
+            (vec![progs.client.clone()], vec![conf])
         }
         Side::Netavark => return Err(io::Error::other("netavark runs in item 6")),
     };
@@ -366,6 +370,7 @@ pub fn cold_binary_add(progs: &Programs, work: &WorkDir) -> io::Result<Run> {
     let cold_cache = work.run_dir("cold-cache")?;
     let cold = Programs {
         wasm_cni: progs.wasm_cni.clone(),
+        client: progs.client.clone(),
         floor: progs.floor.clone(),
         reference: progs.reference.clone(),
         components: progs.components.clone(),
@@ -461,7 +466,11 @@ pub fn netavark_once(
                 ifname: IFNAME,
                 cni_path: &cni_path,
             };
-            run_list(std::slice::from_ref(&progs.wasm_cni), &[conf], &cni)
+            let bin = match daemon_node {
+                Some(_) => &progs.client,
+                None => &progs.wasm_cni,
+            };
+            run_list(std::slice::from_ref(bin), &[conf], &cni)
         }
     });
     if r.is_ok() {

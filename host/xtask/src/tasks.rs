@@ -100,21 +100,82 @@ fn build_host(root: &Path, packages: &[&str]) -> Result<PathBuf> {
     for entry in std::fs::read_dir(&built).context(built.display())? {
         let path = entry.context(built.display())?.path();
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        let wanted = matches!(name, "wasm-cni" | "wasm-cni-bench" | "wasm-cni-floor");
+        let wanted = matches!(
+            name,
+            "wasm-cni" | "wasm-cni-client" | "wasm-cni-bench" | "wasm-cni-floor"
+        );
         if wanted && path.is_file() {
-            // Replace, never write into a binary a process may be running.
-            let tmp = bin.join(format!(".{name}.tmp"));
-            std::fs::copy(&path, &tmp).context(path.display())?;
-            std::fs::rename(&tmp, bin.join(name)).context(bin.display())?;
+            install_stripped(&path, &bin, name)?;
         }
     }
     Ok(bin)
 }
 
+/// Put `path` into `bin` as `name` without its debug info and symbols,
+/// which go to `bin/.debug/<name>.debug`, linked from the binary by a
+/// `.gnu_debuglink` (the directory gdb and perf look in beside a binary):
+/// what nodes run stays small, and whoever debugs has everything. Without
+/// objcopy the binary is copied as it is. Replaces, never writes into, a
+/// binary a process may be running.
+fn install_stripped(path: &Path, bin: &Path, name: &str) -> Result<()> {
+    let tmp = bin.join(format!(".{name}.tmp"));
+    let debug_dir = bin.join(".debug");
+    std::fs::create_dir_all(&debug_dir).context(debug_dir.display())?;
+    let debug = debug_dir.join(format!("{name}.debug"));
+    let objcopy = |args: &[&std::ffi::OsStr]| {
+        Command::new("objcopy")
+            .args(args)
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let split = objcopy(&[
+        "--only-keep-debug".as_ref(),
+        path.as_os_str(),
+        debug.as_os_str(),
+    ]) && {
+        let link = format!("--add-gnu-debuglink={}", debug.display());
+        objcopy(&[
+            "--strip-all".as_ref(),
+            link.as_ref(),
+            path.as_os_str(),
+            tmp.as_os_str(),
+        ])
+    };
+    if !split {
+        std::fs::copy(path, &tmp).context(path.display())?;
+    }
+    std::fs::rename(&tmp, bin.join(name)).context(bin.display())?;
+    Ok(())
+}
+
+/// Build `wasm-cni-plugin-test` (the CLI with the kernel model, feature
+/// `fake`) and put it into `bin`. Built for the host target beside the
+/// tests' build, whose dependencies it shares, and never with the static
+/// build: features of one build are unified, and the model must not reach
+/// `wasm-cni`. Plugin authors run it on their own machines.
+fn install_plugin_test(root: &Path, bin: &Path) -> Result<()> {
+    cargo(
+        root,
+        &[
+            "build",
+            "--release",
+            "--locked",
+            "-p",
+            "wasm-cni",
+            "--features",
+            "fake",
+            "--bin",
+            "wasm-cni-plugin-test",
+        ],
+    )?;
+    let name = "wasm-cni-plugin-test";
+    install_stripped(&root.join("target/release").join(name), bin, name)
+}
+
 pub fn test(root: &Path) -> Result<()> {
     setup::run(setup::TEST_PACKAGES)?;
     cargo(root, &["fmt", "--all", "--check"])?;
-    let bin = build_host(root, &["wasm-cni"])?;
+    let bin = build_host(root, &["wasm-cni", "wasm-cni-client"])?;
     plugins::run(root, None, false, &[])?;
     cargo(
         root,
@@ -136,6 +197,8 @@ pub fn test(root: &Path) -> Result<()> {
     // --crate) without a cargo of its own under the running one.
     let me = std::env::current_exe().context("xtask's own executable")?;
     let me = me.to_string_lossy().into_owned();
+    // Before the tests, which run `wasm-cni plugin test`.
+    install_plugin_test(root, &bin)?;
     let (mut passed, mut failed) = cargo_test(
         root,
         &["test", "--release", "--locked", "--workspace"],
@@ -143,7 +206,17 @@ pub fn test(root: &Path) -> Result<()> {
     )?;
     // The same chain, policy, IPAM, conformance, filtering and shaping tests again,
     // every call served by a daemon in the node namespace (the other front
-    // door).
+    // door), and every call made through the thin client as a node installs
+    // it: `wasm-cni-client` as `wasm-cni`, the engine beside it.
+    let layout = bin.join("client-layout");
+    std::fs::create_dir_all(&layout).context(layout.display())?;
+    for (from, to) in [
+        ("wasm-cni-client", "wasm-cni"),
+        ("wasm-cni", "wasm-cni-engine"),
+    ] {
+        std::fs::copy(bin.join(from), layout.join(to)).context(bin.join(from).display())?;
+    }
+    let via_client = layout.join("wasm-cni").to_string_lossy().into_owned();
     let (p, f) = cargo_test(
         root,
         &[
@@ -165,7 +238,24 @@ pub fn test(root: &Path) -> Result<()> {
             "--test",
             "shaping",
         ],
-        &[("WASM_CNI_TEST_DAEMON", "1"), (under_test.0, &under_test.1)],
+        &[("WASM_CNI_TEST_DAEMON", "1"), (under_test.0, &via_client)],
+    )?;
+    passed += p;
+    failed += f;
+    // The daemon's own suite through the thin client too: its refusals,
+    // a daemon killed mid-stream, stop and restart, one node shared.
+    let (p, f) = cargo_test(
+        root,
+        &[
+            "test",
+            "--release",
+            "--locked",
+            "-p",
+            "wasm-cni-tests",
+            "--test",
+            "daemon",
+        ],
+        &[(under_test.0, &via_client)],
     )?;
     passed += p;
     failed += f;
@@ -367,7 +457,7 @@ pub fn bench(root: &Path, args: &[String]) -> Result<()> {
     // Item 6's peer: podman's network backend.
     packages.push("netavark");
     setup::run(&packages)?;
-    let dir = build_host(root, &["wasm-cni", "wasm-cni-bench"])?;
+    let dir = build_host(root, &["wasm-cni", "wasm-cni-client", "wasm-cni-bench"])?;
     plugins::run(root, None, false, &[])?;
     let bin = dir.join("wasm-cni-bench");
     let status = Command::new(&bin)
@@ -384,7 +474,8 @@ pub fn bench(root: &Path, args: &[String]) -> Result<()> {
 /// Build what the demo runs: the host binary and every component.
 fn build_all(root: &Path) -> Result<PathBuf> {
     setup::run(setup::TEST_PACKAGES)?;
-    let bin = build_host(root, &["wasm-cni"])?;
+    let bin = build_host(root, &["wasm-cni", "wasm-cni-client"])?;
+    install_plugin_test(root, &bin)?;
     plugins::run(root, None, false, &[])?;
     Ok(bin)
 }
