@@ -68,6 +68,11 @@ impl DaemonSide {
         })
     }
 
+    /// The daemon's process id (`ip netns exec` execs it in place).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.lock().ok()?.as_ref().map(Child::id)
+    }
+
     /// `conf` sent to this daemon.
     pub fn conf(&self, mut conf: Value) -> Value {
         conf["daemon"] = json!("require");

@@ -14,6 +14,7 @@ mod daemon;
 mod ipam;
 mod proc;
 mod scenarios;
+mod soak;
 mod stats;
 
 use std::fmt::Write as _;
@@ -61,8 +62,15 @@ struct Args {
     bury_every: usize,
     #[arg(long, default_value_t = 300)]
     bury_ms: u64,
+    /// ADD/DEL cycles through the daemon in item 9.
+    #[arg(long, default_value_t = 10_000)]
+    soak_cycles: usize,
+    /// Item 9 reads the daemon's RSS and descriptors every this many cycles.
+    #[arg(long, default_value_t = 1_000)]
+    soak_every: usize,
     /// Only these items (1 cycle, 2 chain, 3 floor, 4 components, 5 ipam,
-    /// 6 netavark, 7 filtered chain, 8 IPAM on etcd); 3 runs with 1.
+    /// 6 netavark, 7 filtered chain, 8 IPAM on etcd, 9 the daemon over
+    /// many cycles); 3 runs with 1.
     #[arg(long, value_delimiter = ',')]
     only: Vec<u8>,
     /// podman's network backend, the peer of item 6.
@@ -395,6 +403,19 @@ fn run(args: &Args) -> io::Result<()> {
 
     drop(daemon);
     bury();
+    if want(args, 9) {
+        eprintln!(
+            "bench: 9 the daemon over {} ADD/DEL cycles",
+            args.soak_cycles
+        );
+        report.soak = Some(soak::measure(
+            &progs,
+            &work,
+            args.soak_cycles,
+            args.soak_every,
+        )?);
+        bury();
+    }
     let text = report.render(&machine, args, started.elapsed());
     println!("{text}");
     let out = args
@@ -496,6 +517,8 @@ struct Report {
     cluster: Vec<cluster::Point>,
     /// What a node installs, against the reference set.
     footprint: Option<Footprint>,
+    /// Item 9: the daemon over many cycles.
+    soak: Option<soak::Soak>,
 }
 
 /// Bytes on disk of what a node installs.
@@ -1103,6 +1126,87 @@ impl Report {
                 target: "≤ 1".into(),
                 met: fp.client > 0 && fp.client <= 1_000_000,
             });
+        }
+        if let Some(soak) = &self.soak {
+            let mib = |kib: u64| kib as f64 / 1024.0;
+            let _ = writeln!(
+                body,
+                "\n## 9. The daemon over many ADD/DEL cycles\n\n\
+                 A daemon of its own; first a STATUS of each of the {} bundled components ({}), which \
+                 loads and pre-links every one; then bridge + host-local ADD and DEL through the thin \
+                 client, one container namespace, a new container id per cycle. Read from \
+                 `/proc/<pid>/status` and `/proc/<pid>/fd`. Took {:.0} s.\n\n\
+                 | cycles | RSS, MiB | open descriptors | threads |\n|---|---|---|---|",
+                soak.components.len(),
+                soak.components.join(", "),
+                soak.took.as_secs_f64(),
+            );
+            if let Some(s) = &soak.started {
+                let _ = writeln!(
+                    body,
+                    "| (started, nothing loaded) | {:.2} | {} | {} |",
+                    mib(s.rss_kib),
+                    s.fds,
+                    s.threads
+                );
+            }
+            for (i, s) in soak.samples.iter().enumerate() {
+                let what = if i == 0 {
+                    "0 (every component loaded)".to_string()
+                } else {
+                    s.cycles.to_string()
+                };
+                let _ = writeln!(
+                    body,
+                    "| {what} | {:.2} | {} | {} |",
+                    mib(s.rss_kib),
+                    s.fds,
+                    s.threads
+                );
+            }
+            if let Some(first) = soak.samples.first() {
+                heads.push(Headline {
+                    what: "daemon RSS, every bundled component loaded, MiB".into(),
+                    value: format!("{:.1}", mib(first.rss_kib)),
+                    target: "≤ 50".into(),
+                    met: first.rss_kib <= 50 * 1024,
+                });
+            }
+            if let (Some(loaded), Some(base), Some(last)) =
+                (soak.samples.first(), soak.baseline(), soak.samples.last())
+            {
+                let _ = writeln!(
+                    body,
+                    "\nDescriptors, everything loaded → {} cycles: {}; {} → {} cycles: {}.",
+                    base.cycles,
+                    soak::kinds_diff(loaded, base),
+                    base.cycles,
+                    last.cycles,
+                    soak::kinds_diff(base, last),
+                );
+            }
+            if let (Some((rss, fds)), Some(base), Some(last)) =
+                (soak.growth(), soak.baseline(), soak.samples.last())
+            {
+                heads.push(Headline {
+                    what: format!(
+                        "daemon RSS growth, cycles {} → {}, MiB",
+                        base.cycles, last.cycles
+                    ),
+                    value: format!("{:.2}", rss as f64 / 1024.0),
+                    target: "< 1".into(),
+                    met: rss < 1024,
+                });
+                heads.push(Headline {
+                    what: format!(
+                        "daemon open descriptors, cycles {} → {}",
+                        base.cycles, last.cycles
+                    ),
+                    value: format!("{fds:+}"),
+                    target: "0".into(),
+                    met: fds <= 0,
+                });
+            }
         }
         if let Some(ratio) = cluster::scaling(&self.cluster) {
             heads.push(Headline {

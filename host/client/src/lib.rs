@@ -32,8 +32,16 @@ pub fn error_json(code: u32, msg: &str, cni_version: Option<&str>) -> String {
     if serde::Serialize::serialize(&serde_json::Value::Object(obj), &mut ser).is_err() {
         return format!("{{\"code\": {code}}}");
     }
-    let mut out = String::with_capacity(buf.len());
-    for c in String::from_utf8_lossy(&buf).chars() {
+    go_escape(&String::from_utf8_lossy(&buf))
+}
+
+/// Go's HTML-safe string escapes, applied to serialised JSON, as the
+/// reference plugins print it. These characters can only occur inside JSON
+/// strings, so a plain substitution is exact. (The engine prints with this
+/// too: the client and the engine answer byte for byte alike.)
+pub fn go_escape(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
         match c {
             '<' => out.push_str("\\u003c"),
             '>' => out.push_str("\\u003e"),

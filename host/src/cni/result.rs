@@ -597,22 +597,9 @@ pub fn to_string_pretty(value: &Value) -> String {
     go_escape(&String::from_utf8_lossy(&buf))
 }
 
-/// Applies Go's HTML-safe string escapes to serialised JSON. These characters can only
-/// occur inside JSON strings, so a plain substitution is exact.
-pub(crate) fn go_escape(json: &str) -> String {
-    let mut out = String::with_capacity(json.len());
-    for c in json.chars() {
-        match c {
-            '<' => out.push_str("\\u003c"),
-            '>' => out.push_str("\\u003e"),
-            '&' => out.push_str("\\u0026"),
-            '\u{2028}' => out.push_str("\\u2028"),
-            '\u{2029}' => out.push_str("\\u2029"),
-            c => out.push(c),
-        }
-    }
-    out
-}
+/// Go's HTML-safe string escapes for serialised JSON: the thin client's,
+/// so that both print errors byte for byte alike.
+pub(crate) use wasm_cni_client::go_escape;
 
 #[cfg(test)]
 mod tests {
