@@ -149,27 +149,28 @@ fn install_stripped(path: &Path, bin: &Path, name: &str) -> Result<()> {
 }
 
 /// Build `wasm-cni-plugin-test` (the CLI with the kernel model, feature
-/// `fake`) and put it into `bin`. Built for the host target beside the
-/// tests' build, whose dependencies it shares, and never with the static
-/// build: features of one build are unified, and the model must not reach
-/// `wasm-cni`. Plugin authors run it on their own machines.
+/// `fake`), static like the rest, and put it into `bin`. A cargo run of its
+/// own after the static build, whose dependencies it shares (only the
+/// `wasm-cni` crate compiles again, with the model): features of one build
+/// are unified, and the model must not reach `wasm-cni`. Plugin authors run
+/// it on their own machines.
 fn install_plugin_test(root: &Path, bin: &Path) -> Result<()> {
-    cargo(
-        root,
-        &[
-            "build",
-            "--release",
-            "--locked",
-            "-p",
-            "wasm-cni",
-            "--features",
-            "fake",
-            "--bin",
-            "wasm-cni-plugin-test",
-        ],
-    )?;
+    let build = static_build()?;
+    let mut args = vec![
+        "build",
+        "--release",
+        "--locked",
+        "-p",
+        "wasm-cni",
+        "--features",
+        "fake",
+        "--bin",
+        "wasm-cni-plugin-test",
+    ];
+    args.extend(build.args.iter().map(String::as_str));
+    cargo_env(root, &args, &build.env)?;
     let name = "wasm-cni-plugin-test";
-    install_stripped(&root.join("target/release").join(name), bin, name)
+    install_stripped(&root.join(&build.dir).join(name), bin, name)
 }
 
 pub fn test(root: &Path) -> Result<()> {
