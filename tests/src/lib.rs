@@ -328,7 +328,18 @@ pub fn run_wrapped(
     env: &[(&str, &str)],
     stdin: &[u8],
 ) -> Output {
-    let bin = wasm_cni_bin();
+    run_program(&wasm_cni_bin(), netns, wrapper, env, stdin)
+}
+
+/// [`run_wrapped`] for another program than `wasm-cni` (the thin client
+/// laid out as a node has it, say).
+pub fn run_program(
+    bin: &Path,
+    netns: Option<&str>,
+    wrapper: &[&str],
+    env: &[(&str, &str)],
+    stdin: &[u8],
+) -> Output {
     let mut argv: Vec<std::ffi::OsString> = Vec::new();
     if let Some(ns) = netns {
         argv.extend(["ip", "netns", "exec", ns].map(Into::into));

@@ -15,7 +15,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use wasm_cni_tests::{fixture, is_root, wasm_cni_bin, Daemon, Netns, Sandbox, TempDir};
+use wasm_cni_tests::{
+    fixture, is_root, run_program, wasm_cni_bin, Daemon, Netns, Sandbox, TempDir,
+};
 
 /// `wasm-cni-client` and the engine, as `wasm-cni` and `wasm-cni-engine`
 /// in a bin directory of their own.
@@ -43,35 +45,22 @@ impl Layout {
     }
 }
 
-/// Run the client as a runtime would, for `conf`.
+/// Run the client as a runtime would, for `conf`: exit code, the answer
+/// (null when there is none), stderr.
 fn call(layout: &Layout, inv: &[(&str, &str)], conf: &Value) -> (i32, Value, String) {
-    let mut child = Command::new(layout.client())
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .envs(inv.iter().copied())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(conf.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let v = if stdout.trim().is_empty() {
+    let out = run_program(
+        &layout.client(),
+        None,
+        &[],
+        inv,
+        conf.to_string().as_bytes(),
+    );
+    let v = if out.stdout.trim().is_empty() {
         Value::Null
     } else {
-        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+        out.json()
     };
-    (
-        out.status.code().unwrap_or(-1),
-        v,
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    (out.code, v, out.stderr)
 }
 
 fn env<'a>(verb: &'a str, netns: &'a str) -> Vec<(&'a str, &'a str)> {

@@ -106,7 +106,7 @@ const IFNAME: &str = "eth0";
 const CONTAINER_ID: &str = "bench-ctr";
 
 /// The bridge + host-local entry both sides run.
-fn bridge_entry(state: &Path) -> Value {
+pub fn bridge_entry(state: &Path) -> Value {
     json!({
         "type": "bridge",
         "bridge": "cni0",

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 
 use crate::daemon::DaemonSide;
 use crate::proc::{exec, in_netns, Cni, Netns, WorkDir};
-use crate::scenarios::{wasm_conf, Programs};
+use crate::scenarios::{bridge_entry, wasm_conf, Programs};
 
 /// One reading of the daemon process.
 #[derive(Debug, Clone)]
@@ -163,17 +163,8 @@ pub fn measure(progs: &Programs, work: &WorkDir, cycles: usize, every: usize) ->
         call("STATUS", "", &conf)?;
         soak.components.push(name);
     }
-    let entry = json!({
-        "type": "bridge",
-        "bridge": "soak0",
-        "isGateway": true,
-        "ipam": {
-            "type": "host-local",
-            "ranges": [[{"subnet": "10.89.0.0/16"}]],
-            "routes": [{"dst": "0.0.0.0/0"}],
-            "dataDir": state.join("ipam"),
-        }
-    });
+    let mut entry = bridge_entry(&state);
+    entry["bridge"] = json!("soak0");
     let conf = d.conf(wasm_conf(progs, &state, &[entry]));
     let every = every.max(1);
     soak.samples.push(sample(pid, 0)?);
