@@ -108,7 +108,68 @@ fn build_host(root: &Path, packages: &[&str]) -> Result<PathBuf> {
             install_stripped(&path, &bin, name)?;
         }
     }
+    if packages.contains(&"wasm-cni-client") {
+        install_client(root, &bin, &build)?;
+    }
     Ok(bin)
+}
+
+/// Build `wasm-cni-client` for size and put it into `bin` over the one the
+/// static build made: profile `client` (opt-level z, whole-program LTO),
+/// the standard library rebuilt with it (Debian's rustc and library source,
+/// as for the guests) and panics an immediate abort, which drops the panic
+/// and backtrace machinery. Static like the rest. Its own target directory:
+/// a standard library built this way must not meet the workspace's.
+/// 1.37 MB → under 1 MB (host/bench/results/findings.md).
+fn install_client(root: &Path, bin: &Path, build: &StaticBuild) -> Result<()> {
+    let started = Instant::now();
+    let triple = build.args.last().cloned().unwrap_or_default();
+    let target_dir = root.join("target/client");
+    let mut cmd = toolchain::debian_cargo();
+    cmd.current_dir(root)
+        .args([
+            "build",
+            "--locked",
+            "--profile",
+            "client",
+            "-p",
+            "wasm-cni-client",
+        ])
+        .args(["--bin", "wasm-cni-client", "--target", &triple])
+        .arg("-Zbuild-std=std,panic_abort")
+        .arg("--target-dir")
+        .arg(&target_dir);
+    let mut flags = build
+        .env
+        .first()
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    flags.push_str(" -Zunstable-options -Cpanic=immediate-abort");
+    cmd.env(
+        format!(
+            "CARGO_TARGET_{}_RUSTFLAGS",
+            triple.to_uppercase().replace('-', "_")
+        ),
+        flags.trim(),
+    );
+    println!(
+        "xtask: the thin client, for size, with {}",
+        toolchain::DEBIAN_CARGO
+    );
+    let status = cmd.status().context("running Debian's cargo")?;
+    if !status.success() {
+        return Err(fail!(
+            "building wasm-cni-client for size failed ({status}); `cargo xtask setup` installs \
+             the Debian toolchain it needs"
+        ));
+    }
+    let built = target_dir.join(&triple).join("client/wasm-cni-client");
+    install_stripped(&built, bin, "wasm-cni-client")?;
+    println!(
+        "xtask: the thin client done in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
 }
 
 /// Put `path` into `bin` as `name` without its debug info and symbols,

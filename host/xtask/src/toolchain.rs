@@ -27,7 +27,7 @@ pub const RUST_PACKAGES: &[&str] = &["rustc-web", "cargo-web", "rust-web-src", "
 pub const WASI_LIBC_PACKAGE: &str = "wasi-libc";
 
 const DEBIAN_RUSTC: &str = "/usr/bin/rustc";
-const DEBIAN_CARGO: &str = "/usr/bin/cargo";
+pub const DEBIAN_CARGO: &str = "/usr/bin/cargo";
 const DEBIAN_STD_SOURCE: &str = "/usr/lib/rustlib/src/rust/library/std";
 const DEBIAN_RUST_LLD: &str = "/usr/bin/rust-lld";
 const DEBIAN_WASI_LIBC: &str = "/usr/lib/wasm32-wasi";
@@ -148,7 +148,7 @@ impl Toolchain {
 /// it set is inherited, and its toolchain directories leave `PATH` and
 /// `LD_LIBRARY_PATH` (where build scripts would find `rustc`, `cargo` and
 /// their libraries).
-fn debian_cargo() -> Command {
+pub fn debian_cargo() -> Command {
     let mut cmd = scrubbed(DEBIAN_CARGO);
     cmd.env_remove("RUSTUP_TOOLCHAIN")
         .env_remove("RUSTUP_TOOLCHAIN_SOURCE")
