@@ -12,6 +12,7 @@ mod cluster;
 mod components;
 mod daemon;
 mod ipam;
+mod plot;
 mod proc;
 mod scenarios;
 mod soak;
@@ -416,14 +417,24 @@ fn run(args: &Args) -> io::Result<()> {
         )?);
         bury();
     }
-    let text = report.render(&machine, args, started.elapsed());
-    println!("{text}");
     let out = args
         .out
         .clone()
         .unwrap_or_else(|| root.join("host/bench/results/latest.md"));
+    let stem = out
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("latest")
+        .to_string();
+    let figures = report.figures(&stem);
+    let text = report.render(&machine, args, started.elapsed(), &figures);
+    println!("{text}");
     if let Some(dir) = out.parent() {
         std::fs::create_dir_all(dir)?;
+    }
+    // Beside the report, which links them by file name.
+    for f in &figures {
+        std::fs::write(out.with_file_name(&f.file), &f.svg)?;
     }
     std::fs::write(&out, &text)?;
     eprintln!("bench: written to {}", out.display());
@@ -564,6 +575,18 @@ impl Footprint {
     }
 }
 
+/// KiB as MiB.
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+/// An SVG figure of the report, written beside it.
+struct Figure {
+    file: String,
+    alt: String,
+    svg: String,
+}
+
 fn mb(bytes: u64) -> String {
     format!("{:.2}", bytes as f64 / 1e6)
 }
@@ -608,7 +631,77 @@ fn verdict(met: bool) -> &'static str {
 }
 
 impl Report {
-    fn render(&self, m: &Machine, args: &Args, took: Duration) -> String {
+    /// The figures of what was measured, named after the report's `stem`.
+    fn figures(&self, stem: &str) -> Vec<Figure> {
+        let mut out = Vec::new();
+        let mut add = |name: &str, alt: String, svg: String| {
+            out.push(Figure {
+                file: format!("{stem}-{name}.svg"),
+                alt,
+                svg,
+            })
+        };
+        if let Some([r, w, f, dm]) = &self.cycle {
+            let rows = [
+                ("reference", column(r, Run::add_wall_ms)),
+                ("wasm-cni", column(w, Run::add_wall_ms)),
+                ("daemon (client)", column(dm, Run::add_wall_ms)),
+                ("floor", column(f, Run::add_wall_ms)),
+            ];
+            let title = "bridge + host-local: ADD wall per run";
+            add("add", title.into(), plot::distributions(title, "ms", &rows));
+        }
+        if !self.ipam.is_empty() {
+            let side = |k: usize| -> Vec<(f64, f64)> {
+                self.ipam
+                    .iter()
+                    .map(|(clients, sides)| {
+                        let v: Vec<f64> = sides[k].iter().map(|t| t.ops_per_s).collect();
+                        (*clients as f64, summarize(&v).median)
+                    })
+                    .collect()
+            };
+            let series = [
+                ("reference", side(0)),
+                ("wasm-cni", side(1)),
+                ("daemon", side(2)),
+            ];
+            let title = "host-local IPAM: ops/s by concurrent clients (median)";
+            add(
+                "ipam",
+                title.into(),
+                plot::lines(title, "clients", "ops/s", &series),
+            );
+        }
+        if let Some(soak) = &self.soak {
+            let points = |f: fn(&soak::Sample) -> f64| -> Vec<(f64, f64)> {
+                soak.samples
+                    .iter()
+                    .map(|s| (s.cycles as f64, f(s)))
+                    .collect()
+            };
+            let title = "daemon over ADD/DEL cycles: resident memory";
+            let rss = [("RSS, MiB", points(|s| mib(s.rss_kib)))];
+            add(
+                "soak-rss",
+                title.into(),
+                plot::lines(title, "cycles", "MiB", &rss),
+            );
+            let title = "daemon over ADD/DEL cycles: open descriptors and threads";
+            let fds = [
+                ("descriptors", points(|s| s.fds as f64)),
+                ("threads", points(|s| s.threads as f64)),
+            ];
+            add(
+                "soak-fds",
+                title.into(),
+                plot::lines(title, "cycles", "count", &fds),
+            );
+        }
+        out
+    }
+
+    fn render(&self, m: &Machine, args: &Args, took: Duration, figures: &[Figure]) -> String {
         let mut heads: Vec<Headline> = Vec::new();
         let mut body = String::new();
         type Metric = (&'static str, fn(&Run) -> f64);
@@ -1128,7 +1221,6 @@ impl Report {
             });
         }
         if let Some(soak) = &self.soak {
-            let mib = |kib: u64| kib as f64 / 1024.0;
             let _ = writeln!(
                 body,
                 "\n## 9. The daemon over many ADD/DEL cycles\n\n\
@@ -1233,6 +1325,12 @@ impl Report {
                     verdict(h.met)
                 }
             );
+        }
+        if !figures.is_empty() {
+            let _ = writeln!(out, "\nFigures (beside this file):\n");
+            for f in figures {
+                let _ = writeln!(out, "![{}]({})", f.alt, f.file);
+            }
         }
         out.push_str(&body);
         if !self.cluster.is_empty() {
