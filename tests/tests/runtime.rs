@@ -148,68 +148,6 @@ fn the_second_process_loads_the_artifact_instead_of_compiling() {
     assert_eq!(artifacts, 1);
 }
 
-/// A node's first call compiles the chain's components side by side, before
-/// the first step runs, instead of one per step; a component that does not
-/// compile is still reported by its own step, with the code it always had.
-#[test]
-fn a_first_call_compiles_the_chain_ahead_and_errors_stay_with_their_step() {
-    let sb = fx_sandbox("ahead");
-    sb.install(&fixture("fx-wasi"), "fxw");
-    let conf = sb.conf("1.1.0", "aheadn", json!([{"type":"fx"},{"type":"fxw"}]));
-    let out = Invocation::new("ADD")
-        .id("a1")
-        .env("WASM_CNI_LOG", "debug")
-        .run(&conf);
-    out.assert_ok();
-    assert_eq!(cache_line(&out.stderr), (2, 0), "{}", out.stderr);
-    let at = |needle: &str| {
-        out.stderr
-            .find(needle)
-            .unwrap_or_else(|| panic!("no {needle:?} in {}", out.stderr))
-    };
-    let first_step = at("chain[0] fx add");
-    assert!(at("fx: compiled") < first_step, "{}", out.stderr);
-    assert!(at("fxw: compiled") < first_step, "{}", out.stderr);
-
-    // Warm: nothing compiles ahead or in a step.
-    let warm = Invocation::new("ADD")
-        .id("a2")
-        .env("WASM_CNI_LOG", "debug")
-        .run(&conf);
-    warm.assert_ok();
-    assert_eq!(cache_line(&warm.stderr), (0, 2), "{}", warm.stderr);
-
-    // A broken third component: the first two still run (and are rolled
-    // back), and the error is step 2's, with the code a component that does
-    // not load has always had (999, naming it).
-    std::fs::write(sb.plugin_dir().join("broken.wasm"), b"not wasm").unwrap();
-    let conf = sb.conf(
-        "1.1.0",
-        "aheadb",
-        json!([{"type":"fx"},{"type":"fxw"},{"type":"broken"}]),
-    );
-    let bad = Invocation::new("ADD").id("a3").run(&conf);
-    assert_eq!(bad.code, 1, "{}", bad.stdout);
-    let err = bad.json();
-    assert_eq!(err["code"], 999, "{}", bad.stdout);
-    assert!(
-        err["msg"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("\"broken\""),
-        "{}",
-        bad.stdout
-    );
-    assert!(
-        err["details"]
-            .as_str()
-            .unwrap_or_default()
-            .starts_with("chain[2] (broken)"),
-        "{}",
-        bad.stdout
-    );
-}
-
 #[test]
 fn a_changed_component_is_recompiled_not_served_stale() {
     let sb = fx_sandbox("stale");

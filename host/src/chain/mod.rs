@@ -225,55 +225,8 @@ impl Executor {
         Ok(())
     }
 
-    /// Compile the chain's components side by side when more than one
-    /// would compile (a node's first call, an empty artifact cache): the
-    /// steps would otherwise compile them one after another, each in a
-    /// compiler process of its own. What fails here is left for the step
-    /// that loads it to report; warm components are not touched.
-    fn compile_ahead(&self) {
-        let mut cold: Vec<(&str, &crate::cni::config::Limits)> = Vec::new();
-        for entry in &self.conf.chain {
-            let ipam = entry
-                .raw
-                .get("ipam")
-                .and_then(|i| i.get("type"))
-                .and_then(Value::as_str);
-            let wanted = std::iter::once((entry.plugin_type.as_str(), &entry.limits))
-                .chain(ipam.map(|t| (t, &entry.ipam_limits)));
-            for (plugin, limits) in wanted {
-                // An image's component is resolved by its step.
-                if limits.image.is_none()
-                    && !cold.iter().any(|(p, _)| *p == plugin)
-                    && self.runtime.would_compile(plugin)
-                {
-                    cold.push((plugin, limits));
-                }
-            }
-        }
-        if cold.len() < 2 {
-            return;
-        }
-        let load = |(plugin, limits): &(&str, &crate::cni::config::Limits)| {
-            let _ = load_component(&self.runtime, &self.conf.image_dir, plugin, limits);
-        };
-        std::thread::scope(|s| {
-            let mut inline = vec![&cold[0]];
-            for c in &cold[1..] {
-                // No thread to be had: this one loads it, in turn.
-                if std::thread::Builder::new()
-                    .spawn_scoped(s, move || load(c))
-                    .is_err()
-                {
-                    inline.push(c);
-                }
-            }
-            inline.into_iter().for_each(load);
-        });
-    }
-
     pub fn add(&self, att: &Attachment) -> Result<CniResult, HostError> {
         self.check_images()?;
-        self.compile_ahead();
         let _lock = self.lock_attachment(att)?;
         let mut prev = self.incoming_prev()?;
         self.begin(None);
@@ -666,7 +619,6 @@ impl Executor {
     }
 
     pub fn del(&self, att: &Attachment) -> Result<(), HostError> {
-        self.compile_ahead();
         let _lock = self.lock_attachment(att)?;
         let rec = self.load_record(att);
         let prev = match self.incoming_prev()? {

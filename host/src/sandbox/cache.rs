@@ -162,11 +162,6 @@ impl ArtifactCache {
         )
     }
 
-    /// Whether an artifact for `digest` is in the cache (not yet checked).
-    pub fn has_artifact(&self, digest: &str) -> bool {
-        self.artifact_path(digest).is_some_and(|p| p.is_file())
-    }
-
     /// The cached component for `digest`, if a trusted artifact exists (no
     /// directory is created and nothing is compiled).
     pub fn load_cached(&self, engine: &Engine, name: &str, digest: &str) -> Option<Component> {

@@ -403,32 +403,6 @@ impl Runtime {
         self.load_from(plugin, plugin, path, pin, limits)
     }
 
-    /// Whether loading `plugin` from pluginDir now would compile it: it is
-    /// neither loaded in this process nor has a cached artifact recorded
-    /// for its file as it is. False when it cannot be found (the load
-    /// reports that). Cheap: a stat, and the cache's small record.
-    pub fn would_compile(&self, plugin: &str) -> bool {
-        let Ok(path) = self.plugin_path(plugin) else {
-            return false;
-        };
-        let Ok(meta) = std::fs::metadata(&path) else {
-            return false;
-        };
-        let id = SourceId::of(&meta);
-        let prefix = format!("{}@", path.display());
-        let loaded = self.loaded.lock().is_ok_and(|m| {
-            m.iter()
-                .any(|(k, (known, _))| k.starts_with(&prefix) && *known == id)
-        });
-        if loaded {
-            return false;
-        }
-        match self.cache.known_digest(plugin, &id) {
-            Some(digest) => !self.cache.has_artifact(&digest),
-            None => true,
-        }
-    }
-
     /// Load the component of an image from the image store: `path` is its
     /// blob and `pin` the digest the manifest names, which it must have.
     pub fn load_image(
