@@ -181,21 +181,21 @@ pub fn lines(
     );
     for (i, (name, points)) in series.iter().enumerate() {
         let colour = COLOURS[i % COLOURS.len()];
-        let path: Vec<String> = points
+        let at: Vec<(f64, f64)> = points
             .iter()
             .filter(|(x, y)| x.is_finite() && y.is_finite())
-            .map(|(x, y)| format!("{:.1},{:.1}", sx(*x), sy(*y)))
+            .map(|(x, y)| (sx(*x), sy(*y)))
             .collect();
+        let path: Vec<String> = at.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect();
         let _ = writeln!(
             out,
             r#"<polyline points="{}" fill="none" stroke="{colour}" stroke-width="2"/>"#,
             path.join(" ")
         );
-        for p in &path {
-            let (cx, cy) = p.split_once(',').unwrap_or(("0", "0"));
+        for (cx, cy) in &at {
             let _ = writeln!(
                 out,
-                r#"<circle cx="{cx}" cy="{cy}" r="3" fill="{colour}"/>"#
+                r#"<circle cx="{cx:.1}" cy="{cy:.1}" r="3" fill="{colour}"/>"#
             );
         }
         let _ = writeln!(
