@@ -32,17 +32,9 @@ fn cargo_env(root: &Path, args: &[&str], env: &[(String, String)]) -> Result<()>
     Ok(())
 }
 
-/// How to build the host's binaries statically.
-struct StaticBuild {
-    /// `--target <host triple>`.
-    args: Vec<String>,
-    /// The rustflags for that target.
-    env: Vec<(String, String)>,
-    /// Where the binaries land, relative to the workspace.
-    dir: PathBuf,
-}
-
-/// The static build of the host's binaries.
+/// The static build of the host's binaries, and every other cargo run that
+/// compiles the host for this machine (`wasm-cni-plugin-test`, clippy, the
+/// tests).
 ///
 /// Every CNI call starts the binary, and a static PIE needs no dynamic
 /// loader, no shared libraries mapped and bound: measured here, a process
@@ -52,51 +44,79 @@ struct StaticBuild {
 /// and proc-macros, which is why the target triple is named. A non-PIE
 /// static binary would start 0.3 ms faster still, but its code would sit at
 /// fixed addresses: a root process running untrusted code keeps ASLR.
-fn static_build() -> Result<StaticBuild> {
-    let out = Command::new("rustc")
-        .arg("-vV")
-        .output()
-        .context("running rustc -vV")?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let triple = text
-        .lines()
-        .find_map(|l| l.strip_prefix("host: "))
-        .ok_or_else(|| fail!("rustc -vV names no host triple"))?
-        .trim()
-        .to_string();
-    let mut env = Vec::new();
-    if triple.ends_with("-linux-gnu") {
-        let var = format!(
-            "CARGO_TARGET_{}_RUSTFLAGS",
-            triple.to_uppercase().replace('-', "_")
-        );
-        env.push((
-            var,
-            "-C target-feature=+crt-static -C link-arg=-Wl,-z,pack-relative-relocs".into(),
-        ));
-    }
-    let dir = PathBuf::from("target").join(&triple).join("release");
-    Ok(StaticBuild {
-        args: vec!["--target".into(), triple],
-        env,
-        dir,
-    })
+///
+/// All of these runs name the same target with the same flags and select
+/// the whole workspace: cargo unifies dependency features over the
+/// packages selected and hashes flags into every artifact, so one selection
+/// and one set of flags is what lets wasmtime, cranelift and the rest
+/// compile once for `cargo xtask test` instead of once per step (in CI: the
+/// tests' 16 minutes of compiling were mostly that). What differs between
+/// the runs is the `wasm-cni` crate itself: with the model (`fake`) for
+/// `plugin test` and the tests, without it for what nodes run — a workspace
+/// build leaves it out, since only a dev-dependency (the tests') asks for
+/// it.
+struct StaticBuild {
+    triple: String,
+    /// Rustflags for the triple's artifacts; empty off linux-gnu.
+    rustflags: String,
 }
 
-/// Build the static `wasm-cni` (and more `-p` packages) and copy the
-/// binaries to `target/bin/`, the one place the README, the tests, the
-/// demo and the bench run them from.
-fn build_host(root: &Path, packages: &[&str]) -> Result<PathBuf> {
-    let build = static_build()?;
-    let mut args = vec!["build", "--release", "--locked"];
-    for p in packages {
-        args.extend(["-p", p]);
+impl StaticBuild {
+    fn detect() -> Result<Self> {
+        let out = Command::new("rustc")
+            .arg("-vV")
+            .output()
+            .context("running rustc -vV")?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let triple = text
+            .lines()
+            .find_map(|l| l.strip_prefix("host: "))
+            .ok_or_else(|| fail!("rustc -vV names no host triple"))?
+            .trim()
+            .to_string();
+        let rustflags = if triple.ends_with("-linux-gnu") {
+            "-C target-feature=+crt-static -C link-arg=-Wl,-z,pack-relative-relocs".into()
+        } else {
+            String::new()
+        };
+        Ok(Self { triple, rustflags })
     }
-    args.extend(build.args.iter().map(String::as_str));
-    cargo_env(root, &args, &build.env)?;
+
+    /// Where its binaries land, relative to the workspace.
+    fn dir(&self) -> PathBuf {
+        PathBuf::from("target").join(&self.triple).join("release")
+    }
+
+    /// The environment every such cargo run gets.
+    fn env(&self) -> Vec<(String, String)> {
+        if self.rustflags.is_empty() {
+            return Vec::new();
+        }
+        vec![(
+            toolchain::target_rustflags_var(&self.triple),
+            self.rustflags.clone(),
+        )]
+    }
+
+    /// `cargo <subcommand> --target <triple> <rest>`: the arguments of such
+    /// a run (a `--` in `rest` stays after the target).
+    fn args<'a>(&'a self, subcommand: &'a str, rest: &[&'a str]) -> Vec<&'a str> {
+        let mut args = vec![subcommand, "--target", self.triple.as_str()];
+        args.extend_from_slice(rest);
+        args
+    }
+}
+
+/// Build the static binaries of the workspace and copy the host's to
+/// `target/bin/`, the one place the README, the tests, the demo and the
+/// bench run them from.
+fn build_host(root: &Path) -> Result<PathBuf> {
+    let build = StaticBuild::detect()?;
+    let args = build.args("build", &["--release", "--locked", "--workspace"]);
+    cargo_env(root, &args, &build.env())?;
     let bin = root.join("target/bin");
     std::fs::create_dir_all(&bin).context(bin.display())?;
-    let built = root.join(&build.dir);
+    let built = root.join(build.dir());
     for entry in std::fs::read_dir(&built).context(built.display())? {
         let path = entry.context(built.display())?.path();
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
@@ -108,9 +128,7 @@ fn build_host(root: &Path, packages: &[&str]) -> Result<PathBuf> {
             install_stripped(&path, &bin, name)?;
         }
     }
-    if packages.contains(&"wasm-cni-client") {
-        install_client(root, &bin, &build)?;
-    }
+    install_client(root, &bin, &build)?;
     Ok(bin)
 }
 
@@ -123,7 +141,7 @@ fn build_host(root: &Path, packages: &[&str]) -> Result<PathBuf> {
 /// 1.37 MB → under 1 MB (host/bench/results/findings.md).
 fn install_client(root: &Path, bin: &Path, build: &StaticBuild) -> Result<()> {
     let started = Instant::now();
-    let triple = build.args.last().cloned().unwrap_or_default();
+    let triple = build.triple.as_str();
     let target_dir = root.join("target/client");
     let mut cmd = toolchain::debian_cargo();
     cmd.current_dir(root)
@@ -135,23 +153,15 @@ fn install_client(root: &Path, bin: &Path, build: &StaticBuild) -> Result<()> {
             "-p",
             "wasm-cni-client",
         ])
-        .args(["--bin", "wasm-cni-client", "--target", &triple])
+        .args(["--bin", "wasm-cni-client", "--target", triple])
         .arg("-Zbuild-std=std,panic_abort")
         .arg("--target-dir")
         .arg(&target_dir);
-    let mut flags = build
-        .env
-        .first()
-        .map(|(_, v)| v.clone())
-        .unwrap_or_default();
-    flags.push_str(" -Zunstable-options -Cpanic=immediate-abort");
-    cmd.env(
-        format!(
-            "CARGO_TARGET_{}_RUSTFLAGS",
-            triple.to_uppercase().replace('-', "_")
-        ),
-        flags.trim(),
+    let flags = format!(
+        "{} -Zunstable-options -Cpanic=immediate-abort",
+        build.rustflags
     );
+    cmd.env(toolchain::target_rustflags_var(triple), flags.trim());
     println!(
         "xtask: the thin client, for size, with {}",
         toolchain::DEBIAN_CARGO
@@ -163,7 +173,7 @@ fn install_client(root: &Path, bin: &Path, build: &StaticBuild) -> Result<()> {
              the Debian toolchain it needs"
         ));
     }
-    let built = target_dir.join(&triple).join("client/wasm-cni-client");
+    let built = target_dir.join(triple).join("client/wasm-cni-client");
     install_stripped(&built, bin, "wasm-cni-client")?;
     println!(
         "xtask: the thin client done in {:.0} s",
@@ -212,37 +222,37 @@ fn install_stripped(path: &Path, bin: &Path, name: &str) -> Result<()> {
 /// Build `wasm-cni-plugin-test` (the CLI with the kernel model, feature
 /// `fake`), static like the rest, and put it into `bin`. A cargo run of its
 /// own after the static build, whose dependencies it shares (only the
-/// `wasm-cni` crate compiles again, with the model): features of one build
-/// are unified, and the model must not reach `wasm-cni`. Plugin authors run
-/// it on their own machines.
+/// `wasm-cni` crate compiles again, with the model, the same compile the
+/// tests then reuse): features of one build are unified, and the model must
+/// not reach `wasm-cni`. Plugin authors run it on their own machines.
 fn install_plugin_test(root: &Path, bin: &Path) -> Result<()> {
-    let build = static_build()?;
-    let mut args = vec![
+    let build = StaticBuild::detect()?;
+    let args = build.args(
         "build",
-        "--release",
-        "--locked",
-        "-p",
-        "wasm-cni",
-        "--features",
-        "fake",
-        "--bin",
-        "wasm-cni-plugin-test",
-    ];
-    args.extend(build.args.iter().map(String::as_str));
-    cargo_env(root, &args, &build.env)?;
+        &[
+            "--release",
+            "--locked",
+            "--workspace",
+            "--features",
+            "wasm-cni/fake",
+            "--bin",
+            "wasm-cni-plugin-test",
+        ],
+    );
+    cargo_env(root, &args, &build.env())?;
     let name = "wasm-cni-plugin-test";
-    install_stripped(&root.join(&build.dir).join(name), bin, name)
+    install_stripped(&root.join(build.dir()).join(name), bin, name)
 }
 
 pub fn test(root: &Path) -> Result<()> {
     setup::run(setup::TEST_PACKAGES)?;
     cargo(root, &["fmt", "--all", "--check"])?;
-    let bin = build_host(root, &["wasm-cni", "wasm-cni-client"])?;
+    let bin = build_host(root)?;
     plugins::run(root, None, false, &[])?;
-    cargo(
-        root,
+    let build = StaticBuild::detect()?;
+    let args = build.args(
+        "clippy",
         &[
-            "clippy",
             "--release",
             "--locked",
             "--workspace",
@@ -251,7 +261,8 @@ pub fn test(root: &Path) -> Result<()> {
             "-D",
             "warnings",
         ],
-    )?;
+    );
+    cargo_env(root, &args, &build.env())?;
     // The tests run the static binary the README installs.
     let under_test = ("WASM_CNI_BIN", bin.join("wasm-cni"));
     let under_test = (under_test.0, under_test.1.to_string_lossy().into_owned());
@@ -261,9 +272,13 @@ pub fn test(root: &Path) -> Result<()> {
     let me = me.to_string_lossy().into_owned();
     // Before the tests, which run `wasm-cni plugin test`.
     install_plugin_test(root, &bin)?;
+    // Every pass selects the whole workspace (see `StaticBuild`), so the
+    // later ones compile nothing: `--test` picks the binaries.
+    let all = ["--release", "--locked", "--workspace"];
     let (mut passed, mut failed) = cargo_test(
         root,
-        &["test", "--release", "--locked", "--workspace"],
+        &build,
+        &all,
         &[(under_test.0, &under_test.1), ("WASM_CNI_XTASK", &me)],
     )?;
     // The same chain, policy, IPAM, conformance, filtering and shaping tests again,
@@ -279,66 +294,44 @@ pub fn test(root: &Path) -> Result<()> {
         std::fs::copy(bin.join(from), layout.join(to)).context(bin.join(from).display())?;
     }
     let via_client = layout.join("wasm-cni").to_string_lossy().into_owned();
+    let suites = [
+        "chain",
+        "policy",
+        "host_local",
+        "conformance",
+        "filtering",
+        "shaping",
+    ];
+    let mut args = all.to_vec();
+    for suite in suites {
+        args.extend(["--test", suite]);
+    }
     let (p, f) = cargo_test(
         root,
-        &[
-            "test",
-            "--release",
-            "--locked",
-            "-p",
-            "wasm-cni-tests",
-            "--test",
-            "chain",
-            "--test",
-            "policy",
-            "--test",
-            "host_local",
-            "--test",
-            "conformance",
-            "--test",
-            "filtering",
-            "--test",
-            "shaping",
-        ],
+        &build,
+        &args,
         &[("WASM_CNI_TEST_DAEMON", "1"), (under_test.0, &via_client)],
     )?;
     passed += p;
     failed += f;
     // The daemon's own suite through the thin client too: its refusals,
     // a daemon killed mid-stream, stop and restart, one node shared.
-    let (p, f) = cargo_test(
-        root,
-        &[
-            "test",
-            "--release",
-            "--locked",
-            "-p",
-            "wasm-cni-tests",
-            "--test",
-            "daemon",
-        ],
-        &[(under_test.0, &via_client)],
-    )?;
+    let mut args = all.to_vec();
+    args.extend(["--test", "daemon"]);
+    let (p, f) = cargo_test(root, &build, &args, &[(under_test.0, &via_client)])?;
     passed += p;
     failed += f;
     // The fault-injection sweep over the bundled plugins once more, its
     // figures shown: injection points per plugin, 0 leaks.
-    cargo_test(
-        root,
-        &[
-            "test",
-            "--release",
-            "--locked",
-            "-p",
-            "wasm-cni-tests",
-            "--test",
-            "plugin_test",
-            "every_bundled_plugin",
-            "--",
-            "--nocapture",
-        ],
-        &[(under_test.0, &under_test.1)],
-    )?;
+    let mut args = all.to_vec();
+    args.extend([
+        "--test",
+        "plugin_test",
+        "every_bundled_plugin",
+        "--",
+        "--nocapture",
+    ]);
+    cargo_test(root, &build, &args, &[(under_test.0, &under_test.1)])?;
     // Last: it only adds to what the tests above already showed.
     fuzz(root, FUZZ_SECONDS, &[])?;
     // One closing line for the whole run (cargo's last line is the doc-test
@@ -347,16 +340,23 @@ pub fn test(root: &Path) -> Result<()> {
     Ok(())
 }
 
-/// `cargo test` with `env`, echoing its output, summing its "test result"
-/// lines.
-fn cargo_test(root: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<(u64, u64)> {
+/// `cargo test <args>` built as `build` says, with `env`, echoing its
+/// output, summing its "test result" lines.
+fn cargo_test(
+    root: &Path,
+    build: &StaticBuild,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Result<(u64, u64)> {
     use std::io::{BufRead, BufReader};
+    let args = build.args("test", args);
     let shown: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v} ")).collect();
     println!("xtask: {}cargo {}", shown.concat(), args.join(" "));
     let started = Instant::now();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut child = Command::new(cargo)
-        .args(args)
+        .args(&args)
+        .envs(build.env())
         .envs(env.iter().copied())
         .current_dir(root)
         .stdout(std::process::Stdio::piped())
@@ -519,7 +519,7 @@ pub fn bench(root: &Path, args: &[String]) -> Result<()> {
     // Item 6's peer: podman's network backend.
     packages.push("netavark");
     setup::run(&packages)?;
-    let dir = build_host(root, &["wasm-cni", "wasm-cni-client", "wasm-cni-bench"])?;
+    let dir = build_host(root)?;
     plugins::run(root, None, false, &[])?;
     let bin = dir.join("wasm-cni-bench");
     let status = Command::new(&bin)
@@ -536,7 +536,7 @@ pub fn bench(root: &Path, args: &[String]) -> Result<()> {
 /// Build what the demo runs: the host binary and every component.
 fn build_all(root: &Path) -> Result<PathBuf> {
     setup::run(setup::TEST_PACKAGES)?;
-    let bin = build_host(root, &["wasm-cni", "wasm-cni-client"])?;
+    let bin = build_host(root)?;
     install_plugin_test(root, &bin)?;
     plugins::run(root, None, false, &[])?;
     Ok(bin)

@@ -134,14 +134,20 @@ impl Toolchain {
             cmd.arg("-Zbuild-std=std,panic_abort");
         }
         if !self.rustflags.is_empty() {
-            let key = format!(
-                "CARGO_TARGET_{}_RUSTFLAGS",
-                self.target.to_uppercase().replace('-', "_")
-            );
-            cmd.env(key, self.rustflags.join(" "));
+            cmd.env(target_rustflags_var(self.target), self.rustflags.join(" "));
         }
         cmd
     }
+}
+
+/// The variable cargo reads `triple`'s rustflags from. With `--target`
+/// named they reach that target's artifacts only, never build scripts and
+/// proc-macros, which run on the build machine.
+pub fn target_rustflags_var(triple: &str) -> String {
+    format!(
+        "CARGO_TARGET_{}_RUSTFLAGS",
+        triple.to_uppercase().replace('-', "_")
+    )
 }
 
 /// Debian's cargo and rustc, with rustup's toolchain out of the way: nothing
