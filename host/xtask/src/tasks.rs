@@ -112,7 +112,10 @@ impl StaticBuild {
 /// bench run them from.
 fn build_host(root: &Path) -> Result<PathBuf> {
     let build = StaticBuild::detect()?;
-    let args = build.args("build", &["--release", "--locked", "--workspace"]);
+    // Binaries only: the fixtures are cdylib-only crates, which a static
+    // target cannot link (they are built for wasm by `plugins`). Features
+    // are still unified over the whole workspace.
+    let args = build.args("build", &["--release", "--locked", "--workspace", "--bins"]);
     cargo_env(root, &args, &build.env())?;
     let bin = root.join("target/bin");
     std::fs::create_dir_all(&bin).context(bin.display())?;
