@@ -16,6 +16,8 @@ use crate::store::{admin, DiskStore, EtcdConfig, EtcdStore, StateStore};
 
 const DEFAULT_PLUGIN_DIR: &str = "/opt/cni/wasm";
 
+mod install;
+
 #[derive(Parser)]
 #[command(
     name = "wasm-cni",
@@ -126,6 +128,16 @@ enum Cmd {
     /// needs is not in what nodes run).
     #[command(subcommand)]
     Plugin(PluginCmd),
+    /// Put wasm-cni on this node: the binaries into the CNI bin dir(s), the
+    /// components into the conflist's pluginDir (precompiled), then the
+    /// conflist rendered from a template into the conf dir. Replaces only
+    /// files it wrote, and records them for `uninstall`. What a DaemonSet's
+    /// init container runs.
+    Install(install::InstallArgs),
+    /// Remove what `install` wrote: the conflist first, then (once no
+    /// attachment remains, or with --force) the binaries, components and
+    /// artifacts. Files changed since are left in place and named.
+    Uninstall(install::UninstallArgs),
 }
 
 #[derive(Subcommand)]
@@ -407,6 +419,8 @@ pub fn main() -> i32 {
         Cmd::Images(ImagesCmd::Ls { image_dir }) => images(&image_dir),
         Cmd::Images(ImagesCmd::Rm { images, image_dir }) => remove_images(&image_dir, &images),
         Cmd::Plugin(PluginCmd::Test(t)) => plugin_test(t),
+        Cmd::Install(a) => install::install(&a),
+        Cmd::Uninstall(a) => install::uninstall(&a),
     };
     match result {
         Ok(code) => code,

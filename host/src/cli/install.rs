@@ -1,0 +1,735 @@
+//! `wasm-cni install` and `wasm-cni uninstall`: what a DaemonSet's init
+//! container (or an operator on a bare node) runs to put wasm-cni on a node.
+//!
+//! The rules, each from a field report of another CNI's installer:
+//! - Every file is written to a temporary file in its own directory, synced
+//!   and renamed over the old one: a runtime executing the old binary keeps
+//!   its inode (no "Text file busy"), and a reader never sees half a file.
+//!   A file whose content is already right is not written at all.
+//! - Only files this installer wrote are replaced or removed: a file at one
+//!   of its paths that it did not write (or that changed since) is left
+//!   alone and named. What it wrote is recorded (paths and digests), and
+//!   uninstall removes exactly that. Directories are created when missing,
+//!   never removed or recreated.
+//! - Everything is read and checked before anything is written: bad input
+//!   (a template that does not render or does not parse as ADD would parse
+//!   it, an unreadable component, a conf dir that is not a directory, a path
+//!   that is not ours) ends with the cause and nothing written.
+//! - The conflist is written last, after the binaries, the components and
+//!   their precompiled artifacts: the runtime reports the network ready as
+//!   soon as a conflist exists. It is 0600 (CIS 1.1.9/1.1.10) and named to
+//!   sort first in the conf dir.
+//! - Uninstall removes the conflist first; while attachments remain it keeps
+//!   what DEL needs (binaries, components), so pods created before stay
+//!   deletable, unless `--force`.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command as Process;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::cni::{config, Command};
+use crate::edge::DEFAULT_CACHE_DIR;
+use crate::sandbox::sha256_hex;
+use crate::state::{AttachmentRecords, DiskRecords};
+
+pub const DEFAULT_RECORD: &str = "/var/lib/wasm-cni/install.json";
+/// Names sort by byte: digits before letters, and "00-" before anything
+/// another CNI is likely to use ("05-cilium", "10-calico", "10-flannel").
+pub const DEFAULT_CONF_NAME: &str = "00-wasm-cni.conflist";
+/// Larger templates are refused: a conflist is a few kilobytes.
+const MAX_TEMPLATE_BYTES: u64 = 1 << 20;
+
+#[derive(clap::Args)]
+pub struct InstallArgs {
+    /// The conflist template: a conflist whose strings may hold ${NAME}
+    /// placeholders, filled from --set. A string that is exactly one
+    /// placeholder takes the value as JSON when it is a number or a boolean
+    /// (an MTU), else as text.
+    #[arg(long, value_name = "FILE")]
+    template: PathBuf,
+    /// A placeholder's value (repeatable). Every placeholder in the
+    /// template must have one.
+    #[arg(long = "set", value_name = "NAME=VALUE")]
+    set: Vec<String>,
+    /// A directory the runtime looks for CNI plugins in (repeatable).
+    #[arg(long = "bin-dir", value_name = "DIR", default_value = "/opt/cni/bin")]
+    bin_dirs: Vec<PathBuf>,
+    /// The runtime's CNI config directory.
+    #[arg(long, value_name = "DIR", default_value = "/etc/cni/net.d")]
+    conf_dir: PathBuf,
+    /// The conflist's file name in --conf-dir.
+    #[arg(long, value_name = "NAME", default_value = DEFAULT_CONF_NAME)]
+    conf_name: String,
+    /// The components to install into the conflist's pluginDir (every
+    /// *.wasm in it). Default: `components` beside this binary.
+    #[arg(long, value_name = "DIR")]
+    components: Option<PathBuf>,
+    /// Where install records what it wrote, for uninstall.
+    #[arg(long, value_name = "FILE", default_value = DEFAULT_RECORD)]
+    record: PathBuf,
+}
+
+#[derive(clap::Args)]
+pub struct UninstallArgs {
+    /// What install recorded.
+    #[arg(long, value_name = "FILE", default_value = DEFAULT_RECORD)]
+    record: PathBuf,
+    /// Remove the binaries and components even while attachments remain
+    /// (their DEL will then fail, and their pods cannot be deleted).
+    #[arg(long)]
+    force: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Kind {
+    Conflist,
+    Binary,
+    Component,
+    Artifact,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Written {
+    kind: Kind,
+    sha256: String,
+}
+
+/// What install wrote, and what uninstall needs to know whether attachments
+/// remain.
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Record {
+    network: String,
+    state_dir: PathBuf,
+    files: BTreeMap<PathBuf, Written>,
+}
+
+impl Record {
+    fn load(path: &Path) -> Result<Option<Record>, String> {
+        match fs::read(path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|e| format!("{}: not an install record: {e}", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(format!("{}: {e}", path.display())),
+        }
+    }
+
+    fn save(&self, path: &Path) -> Result<(), String> {
+        let text = serde_json::to_vec_pretty(self).map_err(|e| e.to_string())?;
+        if let Some(dir) = path.parent() {
+            fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        }
+        write_replacing(path, &text, 0o600).map_err(|e| format!("{}: {e}", path.display()))
+    }
+}
+
+/// One file to put in place.
+struct Planned {
+    path: PathBuf,
+    bytes: Vec<u8>,
+    mode: u32,
+    kind: Kind,
+    digest: String,
+    /// Already there with this content.
+    current: bool,
+}
+
+/// One installer at a time per record (an init container restarted while
+/// an operator runs one by hand): a lock on the record's directory, held
+/// until the process ends. A lock on the directory rather than on a file of
+/// its own: refused input leaves nothing behind, not even a lock file.
+fn lock_record(record: &Path) -> Result<File, String> {
+    let dir = match record.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let file = File::open(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    crate::fsutil::lock_exclusive(&file, None).map_err(|e| format!("{}: {e}", dir.display()))?;
+    Ok(file)
+}
+
+pub fn install(a: &InstallArgs) -> Result<i32, String> {
+    let _lock = lock_record(&a.record)?;
+    let mut record = Record::load(&a.record)?.unwrap_or_default();
+
+    // Everything is read and checked first.
+    let (conflist, conf) = render(a)?;
+    let engine_path = std::env::current_exe().map_err(|e| format!("this binary: {e}"))?;
+    let engine = read_source(&engine_path)?;
+    let here = engine_path.parent().unwrap_or(Path::new("/"));
+    let client_path = here.join("wasm-cni-client");
+    let client = match fs::symlink_metadata(&client_path) {
+        Ok(_) => Some(read_source(&client_path)?),
+        Err(_) => None,
+    };
+    let components_dir = a
+        .components
+        .clone()
+        .unwrap_or_else(|| here.join("components"));
+    let components = read_components(&components_dir)?;
+
+    let mut plan = Vec::new();
+    for (name, bytes) in &components {
+        plan.push(planned(
+            conf.plugin_dir.join(name),
+            bytes.clone(),
+            0o644,
+            Kind::Component,
+        ));
+    }
+    // With the thin client, nodes run it as `wasm-cni` and the engine beside
+    // it as `wasm-cni-engine` (the client's fallback and the daemon).
+    let engine_name = if client.is_some() {
+        "wasm-cni-engine"
+    } else {
+        "wasm-cni"
+    };
+    for dir in &a.bin_dirs {
+        plan.push(planned(
+            dir.join(engine_name),
+            engine.clone(),
+            0o755,
+            Kind::Binary,
+        ));
+        if let Some(client) = &client {
+            plan.push(planned(
+                dir.join("wasm-cni"),
+                client.clone(),
+                0o755,
+                Kind::Binary,
+            ));
+        }
+    }
+    check_name(&a.conf_name)?;
+    let conflist_path = a.conf_dir.join(&a.conf_name);
+    plan.push(planned(conflist_path, conflist, 0o600, Kind::Conflist));
+
+    if fs::metadata(&a.conf_dir).is_ok_and(|m| !m.is_dir()) {
+        return Err(format!(
+            "--conf-dir {}: not a directory",
+            a.conf_dir.display()
+        ));
+    }
+    for p in &mut plan {
+        p.current = check_ours(p, &record)?;
+    }
+
+    // Then written: components and binaries, the artifacts, the conflist.
+    record.network = conf.name.clone();
+    record.state_dir = conf.state_dir.clone();
+    let (conflist, files): (Vec<_>, Vec<_>) =
+        plan.into_iter().partition(|p| p.kind == Kind::Conflist);
+    for p in &files {
+        put(p, &mut record, &a.record)?;
+    }
+    let engine_at = a
+        .bin_dirs
+        .first()
+        .map(|d| d.join(engine_name))
+        .ok_or("no --bin-dir")?;
+    precompile(&engine_at, &conf, &mut record, &a.record)?;
+    for p in &conflist {
+        put(p, &mut record, &a.record)?;
+    }
+    // A conflist an earlier install wrote under another name would keep
+    // its network configured: it goes (binaries and components stay
+    // recorded, as DEL of pods it attached may need them).
+    let stale: Vec<PathBuf> = record
+        .files
+        .iter()
+        .filter(|(path, w)| w.kind == Kind::Conflist && !conflist.iter().any(|p| &p.path == *path))
+        .map(|(path, _)| path.clone())
+        .collect();
+    for path in stale {
+        remove_ours(&path, &mut record)?;
+    }
+    record.save(&a.record)?;
+    Ok(0)
+}
+
+pub fn uninstall(a: &UninstallArgs) -> Result<i32, String> {
+    let _lock = lock_record(&a.record)?;
+    let Some(mut record) = Record::load(&a.record)? else {
+        println!(
+            "nothing to uninstall: {} does not exist",
+            a.record.display()
+        );
+        return Ok(0);
+    };
+    // The conflist first: the runtime stops sending ADDs for this network.
+    let conflists: Vec<PathBuf> = record
+        .files
+        .iter()
+        .filter(|(_, w)| w.kind == Kind::Conflist)
+        .map(|(p, _)| p.clone())
+        .collect();
+    for path in conflists {
+        remove_ours(&path, &mut record)?;
+    }
+    // Unknown counts as some: binaries are only removed when DEL cannot
+    // need them any more.
+    let remaining = match DiskRecords::new(&record.state_dir).list(&record.network) {
+        Ok(list) => list.len(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+        Err(e) => {
+            return Err(format!(
+                "{}: cannot tell whether attachments remain: {e}",
+                record.state_dir.display()
+            ))
+        }
+    };
+    if remaining > 0 && !a.force {
+        record.save(&a.record)?;
+        println!(
+            "kept the binaries and components: {remaining} attachment(s) of network {:?} remain, \
+             and their DEL needs them. Run uninstall again once the pods are gone (or with --force).",
+            record.network
+        );
+        return Ok(0);
+    }
+    let paths: Vec<PathBuf> = record.files.keys().cloned().collect();
+    for path in paths {
+        remove_ours(&path, &mut record)?;
+    }
+    if record.files.is_empty() {
+        fs::remove_file(&a.record).map_err(|e| format!("{}: {e}", a.record.display()))?;
+    } else {
+        // What was changed by someone else stays recorded, and named.
+        record.save(&a.record)?;
+    }
+    Ok(0)
+}
+
+/// Remove `path` if it still holds what install wrote there; otherwise
+/// leave it, say so, and forget it.
+fn remove_ours(path: &Path, record: &mut Record) -> Result<(), String> {
+    let Some(written) = record.files.get(path).cloned() else {
+        return Ok(());
+    };
+    match fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            record.files.remove(path);
+            return Ok(());
+        }
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+        Ok(m) if !m.is_file() => {
+            eprintln!(
+                "wasm-cni: left {}: no longer the file install wrote",
+                path.display()
+            );
+            record.files.remove(path);
+            return Ok(());
+        }
+        Ok(_) => {}
+    }
+    let now = digest_file(path)?;
+    if now != written.sha256 {
+        eprintln!(
+            "wasm-cni: left {}: changed since install wrote it",
+            path.display()
+        );
+    } else {
+        fs::remove_file(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        println!("removed {}", path.display());
+    }
+    record.files.remove(path);
+    Ok(())
+}
+
+fn planned(path: PathBuf, bytes: Vec<u8>, mode: u32, kind: Kind) -> Planned {
+    let digest = sha256_hex(&bytes);
+    Planned {
+        path,
+        bytes,
+        mode,
+        kind,
+        digest,
+        current: false,
+    }
+}
+
+/// Whether `p` is already in place; an error if its path holds something
+/// install did not write.
+fn check_ours(p: &Planned, record: &Record) -> Result<bool, String> {
+    let meta = match fs::symlink_metadata(&p.path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(format!("{}: {e}", p.path.display())),
+        Ok(m) => m,
+    };
+    if !meta.is_file() {
+        return Err(format!(
+            "{} exists and is not a regular file: left as it is, nothing installed",
+            p.path.display()
+        ));
+    }
+    let now = digest_file(&p.path)?;
+    let ours = record.files.get(&p.path).is_some_and(|w| w.sha256 == now);
+    if now == p.digest && ours && meta.permissions().mode() & 0o7777 == p.mode {
+        return Ok(true);
+    }
+    if !ours {
+        return Err(format!(
+            "{} exists and was not written by wasm-cni install (or changed since): left as it is, \
+             nothing installed",
+            p.path.display()
+        ));
+    }
+    Ok(false)
+}
+
+fn put(p: &Planned, record: &mut Record, record_path: &Path) -> Result<(), String> {
+    if p.current {
+        println!("up to date {}", p.path.display());
+        return Ok(());
+    }
+    if let Some(dir) = p.path.parent() {
+        fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    // Recorded before the rename: a crash between the two leaves a record of
+    // a file that is not there yet, never a file nobody knows is ours.
+    record.files.insert(
+        p.path.clone(),
+        Written {
+            kind: p.kind,
+            sha256: p.digest.clone(),
+        },
+    );
+    record.save(record_path)?;
+    write_replacing(&p.path, &p.bytes, p.mode).map_err(|e| format!("{}: {e}", p.path.display()))?;
+    println!("installed {}", p.path.display());
+    Ok(())
+}
+
+/// Write `bytes` to a new temporary file beside `path` (never one that
+/// exists, never through a link), sync it, and rename it over `path`.
+fn write_replacing(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.wasm-cni-install.{}", std::process::id()));
+    let result = (|| {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        // The umask may have narrowed the mode.
+        f.set_permissions(fs::Permissions::from_mode(mode))?;
+        f.sync_all()?;
+        // Closed before it takes the name: a file open for writing cannot
+        // be executed (ETXTBSY), and a runtime may exec it the moment it is
+        // there.
+        drop(f);
+        fs::rename(&tmp, path)?;
+        File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Compile every installed component into the conflist's artifact cache
+/// with the installed engine (which also shows that it runs), so the first
+/// pod on the node does not wait for the compiler. The artifacts it adds
+/// are recorded.
+fn precompile(
+    engine: &Path,
+    conf: &config::NetConf,
+    record: &mut Record,
+    record_path: &Path,
+) -> Result<(), String> {
+    let run = |args: &[&std::ffi::OsStr]| -> Result<String, String> {
+        let out = Process::new(engine)
+            .args(args)
+            .output()
+            .map_err(|e| format!("running {}: {e}", engine.display()))?;
+        if !out.status.success() {
+            return Err(format!(
+                "{} {} failed ({}): {}{}",
+                engine.display(),
+                args.iter()
+                    .map(|a| a.to_string_lossy())
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                out.status,
+                String::from_utf8_lossy(&out.stdout).trim(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    run(&["--version".as_ref()])?;
+    let cache = conf
+        .cache_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_CACHE_DIR));
+    let before = artifacts(&cache);
+    let out = run(&[
+        "compile".as_ref(),
+        "--plugin-dir".as_ref(),
+        conf.plugin_dir.as_os_str(),
+        "--cache-dir".as_ref(),
+        cache.as_os_str(),
+    ])?;
+    print!("{out}");
+    for path in artifacts(&cache) {
+        if before.contains(&path) || record.files.contains_key(&path) {
+            continue;
+        }
+        let sha256 = digest_file(&path)?;
+        record.files.insert(
+            path,
+            Written {
+                kind: Kind::Artifact,
+                sha256,
+            },
+        );
+    }
+    record.save(record_path)
+}
+
+/// The files in the artifact cache (artifacts and their lock files, one
+/// level down), to record what compiling added.
+fn artifacts(cache: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(rd) = fs::read_dir(cache) else {
+        return out;
+    };
+    for entry in rd.filter_map(Result::ok) {
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if kind.is_file() {
+            out.push(entry.path());
+        } else if kind.is_dir() {
+            if let Ok(inner) = fs::read_dir(entry.path()) {
+                out.extend(
+                    inner
+                        .filter_map(Result::ok)
+                        .filter(|e| e.file_type().is_ok_and(|k| k.is_file()))
+                        .map(|e| e.path()),
+                );
+            }
+        }
+    }
+    out
+}
+
+/// The conflist from the template, and the network config ADD would see.
+fn render(a: &InstallArgs) -> Result<(Vec<u8>, config::NetConf), String> {
+    let mut values = BTreeMap::new();
+    for s in &a.set {
+        let (k, v) = s
+            .split_once('=')
+            .ok_or_else(|| format!("--set {s:?}: expected NAME=VALUE"))?;
+        if k.is_empty() || !k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return Err(format!("--set {s:?}: a name is letters, digits and _"));
+        }
+        values.insert(k.to_string(), v.to_string());
+    }
+    let text = read_bounded(&a.template, MAX_TEMPLATE_BYTES)
+        .map_err(|e| format!("--template {}: {e}", a.template.display()))?;
+    let mut template: Value = serde_json::from_slice(&text)
+        .map_err(|e| format!("--template {}: not JSON: {e}", a.template.display()))?;
+    let mut missing = Vec::new();
+    fill(&mut template, &values, &mut missing);
+    if !missing.is_empty() {
+        missing.sort();
+        missing.dedup();
+        return Err(format!(
+            "--template {}: no --set for {}",
+            a.template.display(),
+            missing.join(", ")
+        ));
+    }
+    if template.get("plugins").is_none() {
+        return Err(format!(
+            "--template {}: not a conflist (no \"plugins\" list)",
+            a.template.display()
+        ));
+    }
+    let stdin = super::plugin_stdin(&template, &Map::new())
+        .map_err(|e| format!("--template {}: {e}", a.template.display()))?;
+    let bytes = serde_json::to_vec(&stdin).map_err(|e| e.to_string())?;
+    let conf = config::parse(&bytes, Command::Add).map_err(|e| {
+        format!(
+            "--template {}: ADD would refuse it: {e}",
+            a.template.display()
+        )
+    })?;
+    let mut out = serde_json::to_vec_pretty(&template).map_err(|e| e.to_string())?;
+    out.push(b'\n');
+    Ok((out, conf))
+}
+
+/// Replace `${NAME}` in every string of `v`; names without a value go to
+/// `missing`. Keys are not templated.
+fn fill(v: &mut Value, values: &BTreeMap<String, String>, missing: &mut Vec<String>) {
+    match v {
+        Value::String(s) => {
+            if let Some(name) = s.strip_prefix("${").and_then(|r| r.strip_suffix('}')) {
+                if !name.contains(['$', '{', '}']) {
+                    match values.get(name) {
+                        Some(val) => {
+                            *v = match serde_json::from_str::<Value>(val) {
+                                Ok(n @ (Value::Number(_) | Value::Bool(_))) => n,
+                                _ => Value::String(val.clone()),
+                            };
+                        }
+                        None => missing.push(name.to_string()),
+                    }
+                    return;
+                }
+            }
+            let mut out = String::new();
+            let mut rest = s.as_str();
+            while let Some(start) = rest.find("${") {
+                out.push_str(&rest[..start]);
+                let after = &rest[start + 2..];
+                match after.find('}') {
+                    Some(end) => {
+                        let name = &after[..end];
+                        match values.get(name) {
+                            Some(val) => out.push_str(val),
+                            None => missing.push(name.to_string()),
+                        }
+                        rest = &after[end + 1..];
+                    }
+                    None => {
+                        missing.push(after.to_string());
+                        rest = "";
+                    }
+                }
+            }
+            out.push_str(rest);
+            *s = out;
+        }
+        Value::Array(items) => items.iter_mut().for_each(|i| fill(i, values, missing)),
+        Value::Object(map) => map.values_mut().for_each(|i| fill(i, values, missing)),
+        _ => {}
+    }
+}
+
+fn read_components(dir: &Path) -> Result<Vec<(String, Vec<u8>)>, String> {
+    let rd = fs::read_dir(dir).map_err(|e| format!("--components {}: {e}", dir.display()))?;
+    let mut out = Vec::new();
+    for entry in rd {
+        let entry = entry.map_err(|e| format!("--components {}: {e}", dir.display()))?;
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "wasm") {
+            continue;
+        }
+        let name = entry.file_name().to_string_lossy().into_owned();
+        check_name(&name)?;
+        out.push((name, read_source(&path)?));
+    }
+    if out.is_empty() {
+        return Err(format!("--components {}: no *.wasm in it", dir.display()));
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn read_source(path: &Path) -> Result<Vec<u8>, String> {
+    fs::read(path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn read_bounded(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    File::open(path)?.take(limit + 1).read_to_end(&mut out)?;
+    if out.len() as u64 > limit {
+        return Err(std::io::Error::other(format!("larger than {limit} bytes")));
+    }
+    Ok(out)
+}
+
+/// A file name of ours: no separators, not hidden (the temporary files
+/// are), printable.
+fn check_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && !name.starts_with('.')
+        && !name.contains('/')
+        && name.chars().all(|c| !c.is_control());
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{name:?}: not a plain file name"))
+    }
+}
+
+fn digest_file(path: &Path) -> Result<String, String> {
+    fs::read(path)
+        .map(|b| sha256_hex(&b))
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn filled(template: Value, set: &[(&str, &str)]) -> (Value, Vec<String>) {
+        let values = set
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let mut v = template;
+        let mut missing = Vec::new();
+        fill(&mut v, &values, &mut missing);
+        (v, missing)
+    }
+
+    #[test]
+    fn placeholders_fill_strings_and_whole_values() {
+        let (v, missing) = filled(
+            serde_json::json!({"mtu": "${MTU}", "name": "n-${NODE}-x", "ok": "${ON}",
+                               "list": ["${NODE}"], "${NODE}": "keys stay"}),
+            &[("MTU", "1450"), ("NODE", "node-1"), ("ON", "true")],
+        );
+        assert!(missing.is_empty());
+        assert_eq!(
+            v,
+            serde_json::json!({"mtu": 1450, "name": "n-node-1-x", "ok": true,
+                               "list": ["node-1"], "${NODE}": "keys stay"})
+        );
+    }
+
+    #[test]
+    fn a_placeholder_without_a_value_is_named() {
+        let (_, missing) = filled(
+            serde_json::json!({"a": "${A}", "b": "x${B}y", "c": "${unclosed"}),
+            &[],
+        );
+        assert_eq!(missing, vec!["A", "B", "unclosed"]);
+    }
+
+    #[test]
+    fn a_value_cannot_inject_json() {
+        let (v, _) = filled(
+            serde_json::json!({"a": "${A}"}),
+            &[("A", r#"{"type":"evil"}"#)],
+        );
+        assert_eq!(v, serde_json::json!({"a": "{\"type\":\"evil\"}"}));
+    }
+
+    #[test]
+    fn names_of_ours_are_plain() {
+        for bad in ["", ".hidden", "a/b", "../x", "a\nb"] {
+            assert!(check_name(bad).is_err(), "{bad:?}");
+        }
+        assert!(check_name("00-wasm-cni.conflist").is_ok());
+    }
+}

@@ -1,0 +1,567 @@
+//! `wasm-cni install` / `uninstall`, as a DaemonSet's init container runs
+//! them, against a node laid out in a temporary directory (bin, conf,
+//! plugin, cache and state dirs), with the real binaries and components.
+//!
+//! What an attacker (or an unlucky operator) controls here: the contents of
+//! the conf and bin dirs before install (someone else's conflist or binary
+//! at one of our names, a link planted there), the template and its values,
+//! the components directory; and, between install and uninstall, the files
+//! install wrote. What they must not gain: install overwriting, following or
+//! removing anything it did not write; a half-written node after bad input;
+//! uninstall removing a file changed since, or the binaries DEL still needs.
+
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::{json, Value};
+use wasm_cni_tests::{is_root, plugin, run_program, wasm_cni_bin, Netns, TempDir};
+
+/// The image's content: the engine (and the thin client when it was built
+/// beside it), and two components.
+struct Image {
+    dir: TempDir,
+}
+
+impl Image {
+    fn new(tag: &str) -> Self {
+        let dir = TempDir::new(&format!("install-image-{tag}"));
+        let engine = wasm_cni_bin();
+        fs::copy(&engine, dir.join("wasm-cni")).unwrap();
+        let client = engine.with_file_name("wasm-cni-client");
+        if client.is_file() {
+            fs::copy(&client, dir.join("wasm-cni-client")).unwrap();
+        }
+        fs::create_dir(dir.join("components")).unwrap();
+        for name in ["bridge", "host-local"] {
+            fs::copy(plugin(name), dir.join(format!("components/{name}.wasm"))).unwrap();
+        }
+        Image { dir }
+    }
+
+    fn bin(&self) -> PathBuf {
+        self.dir.join("wasm-cni")
+    }
+
+    fn has_client(&self) -> bool {
+        self.dir.join("wasm-cni-client").is_file()
+    }
+}
+
+/// A node's directories under a temporary root.
+struct Node {
+    root: TempDir,
+}
+
+impl Node {
+    fn new(tag: &str) -> Self {
+        let root = TempDir::new(&format!("install-node-{tag}"));
+        for d in ["opt/cni/bin", "etc/cni/net.d"] {
+            fs::create_dir_all(root.join(d)).unwrap();
+        }
+        // What other software keeps there, which install must not touch.
+        fs::write(root.join("opt/cni/bin/bridge"), b"someone else's bridge").unwrap();
+        fs::write(
+            root.join("etc/cni/net.d/10-other.conflist"),
+            br#"{"cniVersion":"1.0.0","name":"other","plugins":[{"type":"bridge"}]}"#,
+        )
+        .unwrap();
+        Node { root }
+    }
+
+    fn bin_dir(&self) -> PathBuf {
+        self.root.join("opt/cni/bin")
+    }
+    fn conf_dir(&self) -> PathBuf {
+        self.root.join("etc/cni/net.d")
+    }
+    fn conflist(&self) -> PathBuf {
+        self.conf_dir().join("00-wasm-cni.conflist")
+    }
+    fn plugin_dir(&self) -> PathBuf {
+        self.root.join("opt/wasm-cni/plugins")
+    }
+    fn cache_dir(&self) -> PathBuf {
+        self.root.join("var/cache/wasm-cni")
+    }
+    fn state_dir(&self) -> PathBuf {
+        self.root.join("run/wasm-cni")
+    }
+    fn record(&self) -> PathBuf {
+        self.root.join("var/lib/wasm-cni/install.json")
+    }
+
+    fn template(&self) -> PathBuf {
+        let path = self.root.join("template.json");
+        let t = json!({
+            "cniVersion": "1.1.0",
+            "name": "${NETWORK}",
+            "plugins": [{
+                "type": "wasm-cni",
+                "pluginDir": "${PLUGIN_DIR}",
+                "cacheDir": "${CACHE_DIR}",
+                "stateDir": "${STATE_DIR}",
+                "chain": [{
+                    "type": "bridge", "bridge": "wcibr0", "isGateway": true, "mtu": "${MTU}",
+                    "ipam": {"type": "host-local", "ranges": [[{"subnet": "${POD_CIDR}"}]],
+                             "dataDir": "${STATE_DIR}/ipam"}
+                }]
+            }]
+        });
+        fs::write(&path, serde_json::to_vec_pretty(&t).unwrap()).unwrap();
+        path
+    }
+
+    fn install_args(&self, template: &Path) -> Vec<String> {
+        let mut args: Vec<String> = vec![
+            "install".into(),
+            "--template".into(),
+            template.display().to_string(),
+            "--bin-dir".into(),
+            self.bin_dir().display().to_string(),
+            "--conf-dir".into(),
+            self.conf_dir().display().to_string(),
+            "--record".into(),
+            self.record().display().to_string(),
+        ];
+        for (k, v) in [
+            ("NETWORK", "podnet".to_string()),
+            ("PLUGIN_DIR", self.plugin_dir().display().to_string()),
+            ("CACHE_DIR", self.cache_dir().display().to_string()),
+            ("STATE_DIR", self.state_dir().display().to_string()),
+            ("MTU", "1400".to_string()),
+            ("POD_CIDR", "10.231.0.0/24".to_string()),
+        ] {
+            args.push("--set".into());
+            args.push(format!("{k}={v}"));
+        }
+        args
+    }
+
+    /// Every file under the root but the template, with its content.
+    fn files(&self) -> Vec<(PathBuf, Vec<u8>)> {
+        let mut out = Vec::new();
+        walk(self.root.path(), &mut out);
+        out.retain(|(p, _)| !p.ends_with("template.json"));
+        out.sort();
+        out
+    }
+}
+
+fn walk(dir: &Path, out: &mut Vec<(PathBuf, Vec<u8>)>) {
+    let Ok(rd) = fs::read_dir(dir) else { return };
+    for e in rd.flatten() {
+        let p = e.path();
+        let m = fs::symlink_metadata(&p).unwrap();
+        if m.is_dir() {
+            walk(&p, out);
+        } else if m.file_type().is_symlink() {
+            out.push((
+                p.clone(),
+                fs::read_link(&p)
+                    .unwrap()
+                    .into_os_string()
+                    .into_encoded_bytes(),
+            ));
+        } else {
+            out.push((p.clone(), fs::read(&p).unwrap()));
+        }
+    }
+}
+
+fn run(bin: &Path, args: &[String]) -> (i32, String, String) {
+    let out = Command::new(bin).args(args).env_clear().output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn uninstall(node: &Node, bin: &Path, extra: &[&str]) -> (i32, String, String) {
+    let mut args = vec![
+        "uninstall".to_string(),
+        "--record".into(),
+        node.record().display().to_string(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    run(bin, &args)
+}
+
+fn mode(p: &Path) -> u32 {
+    fs::metadata(p).unwrap().permissions().mode() & 0o7777
+}
+
+#[test]
+fn install_lays_out_the_node_and_uninstall_removes_exactly_that() {
+    if !is_root("install_lays_out_the_node_and_uninstall_removes_exactly_that") {
+        return;
+    }
+    let image = Image::new("layout");
+    let node = Node::new("layout");
+    let before = node.files();
+    let conf_inode = fs::metadata(node.conf_dir()).unwrap().ino();
+    let template = node.template();
+
+    let (code, out, err) = run(&image.bin(), &node.install_args(&template));
+    assert_eq!(code, 0, "install failed:\n{out}\n{err}");
+
+    // The conflist: rendered, 0600 root, valid for ADD, sorted first.
+    let conflist: Value = serde_json::from_slice(&fs::read(node.conflist()).unwrap()).unwrap();
+    assert_eq!(conflist["name"], "podnet");
+    let entry = &conflist["plugins"][0]["chain"][0];
+    assert_eq!(
+        entry["mtu"], 1400,
+        "a whole-string number placeholder is a number"
+    );
+    assert_eq!(entry["ipam"]["ranges"][0][0]["subnet"], "10.231.0.0/24");
+    assert_eq!(mode(&node.conflist()), 0o600);
+    assert_eq!(fs::metadata(node.conflist()).unwrap().uid(), 0);
+    // Binaries 0755: the client as `wasm-cni` and the engine beside it, or
+    // the engine alone.
+    let engine_name = if image.has_client() {
+        "wasm-cni-engine"
+    } else {
+        "wasm-cni"
+    };
+    let engine = node.bin_dir().join(engine_name);
+    assert_eq!(fs::read(&engine).unwrap(), fs::read(image.bin()).unwrap());
+    assert_eq!(mode(&engine), 0o755);
+    assert_eq!(mode(&node.bin_dir().join("wasm-cni")), 0o755);
+    if image.has_client() {
+        assert_eq!(
+            fs::read(node.bin_dir().join("wasm-cni")).unwrap(),
+            fs::read(image.dir.join("wasm-cni-client")).unwrap()
+        );
+    }
+    // The installed binary answers.
+    let (code, out, _) = run(&node.bin_dir().join("wasm-cni"), &["--version".into()]);
+    assert_eq!(code, 0);
+    assert!(out.starts_with("wasm-cni "), "{out}");
+    // Components 0644, and precompiled into the conflist's cache.
+    for name in ["bridge.wasm", "host-local.wasm"] {
+        let p = node.plugin_dir().join(name);
+        assert_eq!(
+            fs::read(&p).unwrap(),
+            fs::read(image.dir.join("components").join(name)).unwrap()
+        );
+        assert_eq!(mode(&p), 0o644);
+    }
+    let artifacts = fs::read_dir(node.cache_dir())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "cwasm"))
+        .count();
+    assert_eq!(artifacts, 2, "both components precompiled");
+    // Nothing else touched, and the conf dir is the same directory.
+    let after = node.files();
+    for (p, bytes) in &before {
+        let now = after.iter().find(|(q, _)| q == p).map(|(_, b)| b);
+        assert_eq!(now, Some(bytes), "{} changed", p.display());
+    }
+    assert_eq!(fs::metadata(node.conf_dir()).unwrap().ino(), conf_inode);
+
+    // Again, unchanged: nothing is written (the conflist keeps its inode).
+    let inode = fs::metadata(node.conflist()).unwrap().ino();
+    let (code, out, err) = run(&image.bin(), &node.install_args(&template));
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        !out.contains("installed "),
+        "a second install wrote files:\n{out}"
+    );
+    assert!(out.contains("up to date"), "{out}");
+    assert_eq!(fs::metadata(node.conflist()).unwrap().ino(), inode);
+
+    // Uninstall: exactly what install wrote is gone, the rest as before.
+    let (code, out, err) = uninstall(&node, &image.bin(), &[]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert_eq!(node.files(), before, "uninstall left or removed something");
+    assert!(node.conf_dir().is_dir() && node.bin_dir().is_dir());
+    assert_eq!(fs::metadata(node.conf_dir()).unwrap().ino(), conf_inode);
+}
+
+#[test]
+fn install_refuses_paths_it_did_not_write() {
+    if !is_root("install_refuses_paths_it_did_not_write") {
+        return;
+    }
+    let image = Image::new("refuse");
+    let node = Node::new("refuse");
+    let template = node.template();
+
+    // Someone else's conflist at our name.
+    fs::write(node.conflist(), b"{\"theirs\": true}").unwrap();
+    let before = node.files();
+    let (code, _, err) = run(&image.bin(), &node.install_args(&template));
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("00-wasm-cni.conflist") && err.contains("not written by wasm-cni install"),
+        "{err}"
+    );
+    assert_eq!(node.files(), before, "something was written");
+
+    // A link planted at our name, pointing at a file to overwrite.
+    let victim = node.root.join("victim");
+    fs::write(&victim, b"precious").unwrap();
+    fs::remove_file(node.conflist()).unwrap();
+    std::os::unix::fs::symlink(&victim, node.conflist()).unwrap();
+    let before = node.files();
+    let (code, _, err) = run(&image.bin(), &node.install_args(&template));
+    assert_eq!(code, 1);
+    assert!(err.contains("not a regular file"), "{err}");
+    assert_eq!(node.files(), before, "something was written");
+    assert_eq!(fs::read(&victim).unwrap(), b"precious");
+
+    // Someone else's binary at our name in the bin dir.
+    fs::remove_file(node.conflist()).unwrap();
+    fs::write(node.bin_dir().join("wasm-cni"), b"#!/bin/sh\necho theirs\n").unwrap();
+    let before = node.files();
+    let (code, _, err) = run(&image.bin(), &node.install_args(&template));
+    assert_eq!(code, 1);
+    assert!(err.contains("not written by wasm-cni install"), "{err}");
+    assert_eq!(node.files(), before, "something was written");
+}
+
+#[test]
+fn bad_input_names_the_cause_and_writes_nothing() {
+    if !is_root("bad_input_names_the_cause_and_writes_nothing") {
+        return;
+    }
+    let image = Image::new("bad");
+    let node = Node::new("bad");
+    let good = node.template();
+    let write_template = |name: &str, text: &str| {
+        let p = node.root.join(name);
+        fs::write(&p, text).unwrap();
+        p
+    };
+    let not_json = write_template("t1.json", "{\"plugins\": [");
+    let unknown = write_template(
+        "t2.json",
+        &fs::read_to_string(&good)
+            .unwrap()
+            .replace("${MTU}", "${NO_SUCH}"),
+    );
+    let relative = write_template(
+        "t3.json",
+        &fs::read_to_string(&good)
+            .unwrap()
+            .replace("${PLUGIN_DIR}", "relative/dir"),
+    );
+    let not_conflist = write_template(
+        "t4.json",
+        r#"{"cniVersion":"1.1.0","name":"x","type":"wasm-cni"}"#,
+    );
+    let cases: Vec<(&str, Vec<String>, &str)> = vec![
+        (
+            "a template that is not JSON",
+            node.install_args(&not_json),
+            "not JSON",
+        ),
+        (
+            "a placeholder without a value",
+            node.install_args(&unknown),
+            "no --set for NO_SUCH",
+        ),
+        (
+            "a config ADD refuses",
+            node.install_args(&relative),
+            "ADD would refuse it",
+        ),
+        (
+            "not a conflist",
+            node.install_args(&not_conflist),
+            "not a conflist",
+        ),
+        (
+            "a --set without =",
+            [node.install_args(&good), vec!["--set".into(), "MTU".into()]].concat(),
+            "expected NAME=VALUE",
+        ),
+        (
+            "no template",
+            node.install_args(&node.root.join("missing.json")),
+            "missing.json",
+        ),
+    ];
+    for (what, args, expect) in cases {
+        let before = node.files();
+        let (code, out, err) = run(&image.bin(), &args);
+        assert_eq!(code, 1, "{what}: {out}\n{err}");
+        assert!(err.contains(expect), "{what}: expected {expect:?} in {err}");
+        assert_eq!(node.files(), before, "{what}: something was written");
+    }
+
+    // The conf dir is a file.
+    let conf_file = node.root.join("conf-is-a-file");
+    fs::write(&conf_file, b"x").unwrap();
+    let mut args = node.install_args(&good);
+    let at = args.iter().position(|a| a == "--conf-dir").unwrap();
+    args[at + 1] = conf_file.display().to_string();
+    let before = node.files();
+    let (code, _, err) = run(&image.bin(), &args);
+    assert_eq!(code, 1);
+    assert!(err.contains("not a directory"), "{err}");
+    assert_eq!(node.files(), before);
+
+    // An unreadable component (a dangling link in the image).
+    std::os::unix::fs::symlink(
+        "/nonexistent/x.wasm",
+        image.dir.join("components/broken.wasm"),
+    )
+    .unwrap();
+    let before = node.files();
+    let (code, _, err) = run(&image.bin(), &node.install_args(&good));
+    assert_eq!(code, 1);
+    assert!(err.contains("broken.wasm"), "{err}");
+    assert_eq!(node.files(), before);
+}
+
+#[test]
+fn uninstall_leaves_a_file_changed_since() {
+    if !is_root("uninstall_leaves_a_file_changed_since") {
+        return;
+    }
+    let image = Image::new("changed");
+    let node = Node::new("changed");
+    let (code, out, err) = run(&image.bin(), &node.install_args(&node.template()));
+    assert_eq!(code, 0, "{out}\n{err}");
+    // An operator edits the conflist by hand.
+    let mut text = fs::read_to_string(node.conflist()).unwrap();
+    text.push(' ');
+    fs::write(node.conflist(), &text).unwrap();
+    let (code, out, err) = uninstall(&node, &image.bin(), &[]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(err.contains("changed since install wrote it"), "{err}");
+    assert_eq!(fs::read_to_string(node.conflist()).unwrap(), text);
+    assert!(!node.bin_dir().join("wasm-cni").exists());
+    assert!(!node.record().exists());
+}
+
+/// A pod attached before uninstall stays deletable: uninstall removes the
+/// conflist (no new pods) but keeps what DEL needs until the last
+/// attachment is gone; then a second uninstall removes the rest.
+#[test]
+fn uninstall_keeps_pods_deletable() {
+    if !is_root("uninstall_keeps_pods_deletable") {
+        return;
+    }
+    let image = Image::new("pods");
+    let node = Node::new("pods");
+    let host = Netns::new("inh");
+    let pod = Netns::new("inp");
+    let (code, out, err) = run(&image.bin(), &node.install_args(&node.template()));
+    assert_eq!(code, 0, "{out}\n{err}");
+    // What the runtime sends for the conflist's wasm-cni entry.
+    let conflist: Value = serde_json::from_slice(&fs::read(node.conflist()).unwrap()).unwrap();
+    let mut stdin = conflist["plugins"][0].clone();
+    stdin["name"] = conflist["name"].clone();
+    stdin["cniVersion"] = conflist["cniVersion"].clone();
+    let stdin = serde_json::to_vec(&stdin).unwrap();
+    let installed = node.bin_dir().join("wasm-cni");
+    let bin_dir = node.bin_dir().display().to_string();
+    let netns = pod.path();
+    let env = |verb| {
+        vec![
+            ("CNI_COMMAND", verb),
+            ("CNI_CONTAINERID", "pod1"),
+            ("CNI_NETNS", netns.as_str()),
+            ("CNI_IFNAME", "eth0"),
+            ("CNI_PATH", bin_dir.as_str()),
+        ]
+    };
+    let add = run_program(&installed, Some(&host.name), &[], &env("ADD"), &stdin);
+    assert_eq!(add.code, 0, "ADD: {}\n{}", add.stdout, add.stderr);
+
+    let (code, out, err) = uninstall(&node, &image.bin(), &[]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("1 attachment(s)"), "{out}");
+    assert!(
+        !node.conflist().exists(),
+        "the conflist stays after uninstall"
+    );
+    assert!(installed.is_file() && node.plugin_dir().join("bridge.wasm").is_file());
+
+    let del = run_program(&installed, Some(&host.name), &[], &env("DEL"), &stdin);
+    assert_eq!(
+        del.code, 0,
+        "DEL after uninstall: {}\n{}",
+        del.stdout, del.stderr
+    );
+    let (code, out, err) = uninstall(&node, &image.bin(), &[]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(!installed.exists() && !node.plugin_dir().join("bridge.wasm").exists());
+    assert!(!node.record().exists());
+    assert!(
+        node.bin_dir().join("bridge").is_file(),
+        "someone else's file removed"
+    );
+}
+
+/// Reinstalling a different build while calls run the installed binary:
+/// the old file is renamed over, never written into, so no call sees
+/// "Text file busy" or half a binary.
+#[test]
+fn reinstall_under_load_fails_no_call() {
+    if !is_root("reinstall_under_load_fails_no_call") {
+        return;
+    }
+    let a = Image::new("reload-a");
+    let b = Image::new("reload-b");
+    // A different build: same code, another digest (bytes after the ELF's
+    // end are never loaded).
+    let mut bytes = fs::read(b.bin()).unwrap();
+    bytes.extend_from_slice(b"another build");
+    fs::write(b.bin(), &bytes).unwrap();
+    let node = Node::new("reload");
+    let template = node.template();
+    let (code, out, err) = run(&a.bin(), &node.install_args(&template));
+    assert_eq!(code, 0, "{out}\n{err}");
+
+    let installed = node.bin_dir().join("wasm-cni");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let caller = {
+        let stop = stop.clone();
+        let installed = installed.clone();
+        std::thread::spawn(move || {
+            let (mut calls, mut failures) = (0, Vec::new());
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let out = Command::new(&installed)
+                    .env_clear()
+                    .env("CNI_COMMAND", "VERSION")
+                    .output();
+                calls += 1;
+                match out {
+                    Ok(o) if o.status.success() => {}
+                    Ok(o) => failures.push(format!(
+                        "{:?}: {}",
+                        o.status,
+                        String::from_utf8_lossy(&o.stderr)
+                    )),
+                    Err(e) => failures.push(e.to_string()),
+                }
+            }
+            (calls, failures)
+        })
+    };
+    for round in 0..6 {
+        let image = if round % 2 == 0 { &b } else { &a };
+        let (code, out, err) = run(&image.bin(), &node.install_args(&template));
+        assert_eq!(code, 0, "round {round}: {out}\n{err}");
+        assert!(
+            out.contains("installed "),
+            "round {round} wrote nothing:\n{out}"
+        );
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (calls, failures) = caller.join().unwrap();
+    assert!(calls > 6, "the loop made only {calls} calls");
+    assert!(
+        failures.is_empty(),
+        "{} of {calls} calls failed: {failures:?}",
+        failures.len()
+    );
+    let (code, _, _) = uninstall(&node, &a.bin(), &[]);
+    assert_eq!(code, 0);
+}
