@@ -124,11 +124,18 @@ pub struct Daemon {
 impl Daemon {
     /// Start a daemon in `netns` with `args` and wait until it answers.
     pub fn start(netns: &str, args: &[&str]) -> Self {
+        Self::start_wrapped(netns, &[], args)
+    }
+
+    /// [`Daemon::start`] with `wrapper` (a command that execs the rest,
+    /// such as `unshare -m`) in front of the binary.
+    pub fn start_wrapped(netns: &str, wrapper: &[&str], args: &[&str]) -> Self {
         let dir = TempDir::new("daemon");
         let socket = dir.join("run/daemon.sock");
         let log = std::fs::File::create(dir.join("daemon.log")).expect("daemon log");
         let child = Command::new("ip")
             .args(["netns", "exec", netns])
+            .args(wrapper)
             .arg(wasm_cni_bin())
             .arg("daemon")
             .arg("--socket")

@@ -610,3 +610,55 @@ fn a_socket_systemd_passes_is_served() {
     out.assert_ok();
     assert!(out.stderr.contains("a status"), "{}", out.stderr);
 }
+
+/// A daemon in a mount namespace of its own with private propagation (a pod
+/// whose netns directory is not mounted shared) serves network namespaces
+/// created after it started: the client passes the namespace as a
+/// descriptor, opened with the client's credentials, and the daemon never
+/// opens a netns path (issue 20).
+#[test]
+fn a_daemon_in_a_private_mount_namespace_serves_namespaces_made_after_it() {
+    let tag = "dprivmnt";
+    if !is_root(tag) {
+        return;
+    }
+    let sb = Sandbox::new(tag);
+    sb.install(&plugin("bridge"), "bridge")
+        .install(&plugin("host-local"), "host-local");
+    let ns = Netns::new("dpmn");
+    let daemon = Daemon::start_wrapped(
+        &ns.name,
+        &["unshare", "--mount", "--propagation", "private"],
+        &[],
+    );
+    let n = Node { sb, ns, daemon };
+    // Made after the daemon: its mount cannot reach the daemon's namespace.
+    let pod = Netns::new("dpmp");
+    let mnt = |pid: String| std::fs::read_link(format!("/proc/{pid}/ns/mnt")).unwrap();
+    assert_ne!(
+        mnt(n.daemon.pid().to_string()),
+        mnt("self".into()),
+        "the daemon shares the test's mount namespace"
+    );
+    let mountinfo = std::fs::read_to_string(format!("/proc/{}/mountinfo", n.daemon.pid())).unwrap();
+    assert!(
+        !mountinfo.contains(&pod.name),
+        "the pod's netns mount reached the daemon: this test would prove nothing"
+    );
+    let conf = n.conf(62, "require");
+    for verb in ["ADD", "CHECK"] {
+        let out = n.run(Invocation::new(verb).id("pm1"), &pod, &conf);
+        assert_eq!(out.code, 0, "{verb}: {}\n{}", out.stdout, out.stderr);
+    }
+    assert!(
+        pod.try_exec(&["ip", "link", "show", "eth0"]),
+        "no eth0 after ADD"
+    );
+    let out = n.run(Invocation::new("DEL").id("pm1"), &pod, &conf);
+    assert_eq!(out.code, 0, "DEL: {}\n{}", out.stdout, out.stderr);
+    // "require": a call the daemon did not serve would have failed (11).
+    assert!(
+        !pod.try_exec(&["ip", "link", "show", "eth0"]),
+        "eth0 left after DEL"
+    );
+}

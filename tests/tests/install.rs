@@ -193,6 +193,18 @@ fn mode(p: &Path) -> u32 {
     fs::metadata(p).unwrap().permissions().mode() & 0o7777
 }
 
+/// Install with `args` must fail with every one of `expect` in its error
+/// and leave every file under the node as it was.
+fn refused(node: &Node, image: &Image, args: &[String], what: &str, expect: &[&str]) {
+    let before = node.files();
+    let (code, out, err) = run(&image.bin(), args);
+    assert_eq!(code, 1, "{what}: {out}\n{err}");
+    for e in expect {
+        assert!(err.contains(e), "{what}: expected {e:?} in {err}");
+    }
+    assert_eq!(node.files(), before, "{what}: something was written");
+}
+
 #[test]
 fn install_lays_out_the_node_and_uninstall_removes_exactly_that() {
     if !is_root("install_lays_out_the_node_and_uninstall_removes_exactly_that") {
@@ -292,35 +304,39 @@ fn install_refuses_paths_it_did_not_write() {
 
     // Someone else's conflist at our name.
     fs::write(node.conflist(), b"{\"theirs\": true}").unwrap();
-    let before = node.files();
-    let (code, _, err) = run(&image.bin(), &node.install_args(&template));
-    assert_eq!(code, 1);
-    assert!(
-        err.contains("00-wasm-cni.conflist") && err.contains("not written by wasm-cni install"),
-        "{err}"
+    let args = node.install_args(&template);
+    refused(
+        &node,
+        &image,
+        &args,
+        "someone else's conflist",
+        &["00-wasm-cni.conflist", "not written by wasm-cni install"],
     );
-    assert_eq!(node.files(), before, "something was written");
 
     // A link planted at our name, pointing at a file to overwrite.
     let victim = node.root.join("victim");
     fs::write(&victim, b"precious").unwrap();
     fs::remove_file(node.conflist()).unwrap();
     std::os::unix::fs::symlink(&victim, node.conflist()).unwrap();
-    let before = node.files();
-    let (code, _, err) = run(&image.bin(), &node.install_args(&template));
-    assert_eq!(code, 1);
-    assert!(err.contains("not a regular file"), "{err}");
-    assert_eq!(node.files(), before, "something was written");
+    refused(
+        &node,
+        &image,
+        &args,
+        "a planted link",
+        &["not a regular file"],
+    );
     assert_eq!(fs::read(&victim).unwrap(), b"precious");
 
     // Someone else's binary at our name in the bin dir.
     fs::remove_file(node.conflist()).unwrap();
     fs::write(node.bin_dir().join("wasm-cni"), b"#!/bin/sh\necho theirs\n").unwrap();
-    let before = node.files();
-    let (code, _, err) = run(&image.bin(), &node.install_args(&template));
-    assert_eq!(code, 1);
-    assert!(err.contains("not written by wasm-cni install"), "{err}");
-    assert_eq!(node.files(), before, "something was written");
+    refused(
+        &node,
+        &image,
+        &args,
+        "someone else's binary",
+        &["opt/cni/bin/wasm-cni", "not written by wasm-cni install"],
+    );
 }
 
 #[test]
@@ -386,11 +402,7 @@ fn bad_input_names_the_cause_and_writes_nothing() {
         ),
     ];
     for (what, args, expect) in cases {
-        let before = node.files();
-        let (code, out, err) = run(&image.bin(), &args);
-        assert_eq!(code, 1, "{what}: {out}\n{err}");
-        assert!(err.contains(expect), "{what}: expected {expect:?} in {err}");
-        assert_eq!(node.files(), before, "{what}: something was written");
+        refused(&node, &image, &args, what, &[expect]);
     }
 
     // The conf dir is a file.
@@ -399,11 +411,13 @@ fn bad_input_names_the_cause_and_writes_nothing() {
     let mut args = node.install_args(&good);
     let at = args.iter().position(|a| a == "--conf-dir").unwrap();
     args[at + 1] = conf_file.display().to_string();
-    let before = node.files();
-    let (code, _, err) = run(&image.bin(), &args);
-    assert_eq!(code, 1);
-    assert!(err.contains("not a directory"), "{err}");
-    assert_eq!(node.files(), before);
+    refused(
+        &node,
+        &image,
+        &args,
+        "a conf dir that is a file",
+        &["not a directory"],
+    );
 
     // An unreadable component (a dangling link in the image).
     std::os::unix::fs::symlink(
@@ -411,11 +425,14 @@ fn bad_input_names_the_cause_and_writes_nothing() {
         image.dir.join("components/broken.wasm"),
     )
     .unwrap();
-    let before = node.files();
-    let (code, _, err) = run(&image.bin(), &node.install_args(&good));
-    assert_eq!(code, 1);
-    assert!(err.contains("broken.wasm"), "{err}");
-    assert_eq!(node.files(), before);
+    let args = node.install_args(&good);
+    refused(
+        &node,
+        &image,
+        &args,
+        "an unreadable component",
+        &["broken.wasm"],
+    );
 }
 
 #[test]
