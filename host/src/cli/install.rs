@@ -29,6 +29,7 @@ use std::io::{Read, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command as Process;
+use std::rc::Rc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -131,13 +132,26 @@ impl Record {
     }
 }
 
+/// What goes into a file: read and digested once, however many paths it
+/// goes to (the engine into every bin dir).
+struct Content {
+    bytes: Vec<u8>,
+    digest: String,
+}
+
+impl Content {
+    fn new(bytes: Vec<u8>) -> Rc<Self> {
+        let digest = sha256_hex(&bytes);
+        Rc::new(Content { bytes, digest })
+    }
+}
+
 /// One file to put in place.
 struct Planned {
     path: PathBuf,
-    bytes: Vec<u8>,
+    content: Rc<Content>,
     mode: u32,
     kind: Kind,
-    digest: String,
     /// Already there with this content.
     current: bool,
 }
@@ -178,10 +192,10 @@ pub fn install(a: &InstallArgs) -> Result<i32, String> {
     let components = read_components(&components_dir)?;
 
     let mut plan = Vec::new();
-    for (name, bytes) in &components {
+    for (name, content) in &components {
         plan.push(planned(
             conf.plugin_dir.join(name),
-            bytes.clone(),
+            content,
             0o644,
             Kind::Component,
         ));
@@ -194,24 +208,19 @@ pub fn install(a: &InstallArgs) -> Result<i32, String> {
         "wasm-cni"
     };
     for dir in &a.bin_dirs {
-        plan.push(planned(
-            dir.join(engine_name),
-            engine.clone(),
-            0o755,
-            Kind::Binary,
-        ));
+        plan.push(planned(dir.join(engine_name), &engine, 0o755, Kind::Binary));
         if let Some(client) = &client {
-            plan.push(planned(
-                dir.join("wasm-cni"),
-                client.clone(),
-                0o755,
-                Kind::Binary,
-            ));
+            plan.push(planned(dir.join("wasm-cni"), client, 0o755, Kind::Binary));
         }
     }
     check_name(&a.conf_name)?;
     let conflist_path = a.conf_dir.join(&a.conf_name);
-    plan.push(planned(conflist_path, conflist, 0o600, Kind::Conflist));
+    plan.push(planned(
+        conflist_path,
+        &Content::new(conflist),
+        0o600,
+        Kind::Conflist,
+    ));
 
     if fs::metadata(&a.conf_dir).is_ok_and(|m| !m.is_dir()) {
         return Err(format!(
@@ -345,14 +354,12 @@ fn remove_ours(path: &Path, record: &mut Record) -> Result<(), String> {
     Ok(())
 }
 
-fn planned(path: PathBuf, bytes: Vec<u8>, mode: u32, kind: Kind) -> Planned {
-    let digest = sha256_hex(&bytes);
+fn planned(path: PathBuf, content: &Rc<Content>, mode: u32, kind: Kind) -> Planned {
     Planned {
         path,
-        bytes,
+        content: content.clone(),
         mode,
         kind,
-        digest,
         current: false,
     }
 }
@@ -373,7 +380,7 @@ fn check_ours(p: &Planned, record: &Record) -> Result<bool, String> {
     }
     let now = digest_file(&p.path)?;
     let ours = record.files.get(&p.path).is_some_and(|w| w.sha256 == now);
-    if now == p.digest && ours && meta.permissions().mode() & 0o7777 == p.mode {
+    if now == p.content.digest && ours && meta.permissions().mode() & 0o7777 == p.mode {
         return Ok(true);
     }
     if !ours {
@@ -400,11 +407,12 @@ fn put(p: &Planned, record: &mut Record, record_path: &Path) -> Result<(), Strin
         p.path.clone(),
         Written {
             kind: p.kind,
-            sha256: p.digest.clone(),
+            sha256: p.content.digest.clone(),
         },
     );
     record.save(record_path)?;
-    write_replacing(&p.path, &p.bytes, p.mode).map_err(|e| format!("{}: {e}", p.path.display()))?;
+    write_replacing(&p.path, &p.content.bytes, p.mode)
+        .map_err(|e| format!("{}: {e}", p.path.display()))?;
     println!("installed {}", p.path.display());
     Ok(())
 }
@@ -624,7 +632,7 @@ fn fill(v: &mut Value, values: &BTreeMap<String, String>, missing: &mut Vec<Stri
     }
 }
 
-fn read_components(dir: &Path) -> Result<Vec<(String, Vec<u8>)>, String> {
+fn read_components(dir: &Path) -> Result<Vec<(String, Rc<Content>)>, String> {
     let rd = fs::read_dir(dir).map_err(|e| format!("--components {}: {e}", dir.display()))?;
     let mut out = Vec::new();
     for entry in rd {
@@ -640,12 +648,14 @@ fn read_components(dir: &Path) -> Result<Vec<(String, Vec<u8>)>, String> {
     if out.is_empty() {
         return Err(format!("--components {}: no *.wasm in it", dir.display()));
     }
-    out.sort();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(out)
 }
 
-fn read_source(path: &Path) -> Result<Vec<u8>, String> {
-    fs::read(path).map_err(|e| format!("{}: {e}", path.display()))
+fn read_source(path: &Path) -> Result<Rc<Content>, String> {
+    fs::read(path)
+        .map(Content::new)
+        .map_err(|e| format!("{}: {e}", path.display()))
 }
 
 fn read_bounded(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
