@@ -110,8 +110,7 @@ impl StaticBuild {
 /// Build the static binaries of the workspace and copy the host's to
 /// `target/bin/`, the one place the README, the tests, the demo and the
 /// bench run them from.
-fn build_host(root: &Path) -> Result<PathBuf> {
-    let build = StaticBuild::detect()?;
+fn build_host(root: &Path, build: &StaticBuild) -> Result<PathBuf> {
     // Binaries only: the fixtures are cdylib-only crates, which a static
     // target cannot link (they are built for wasm by `plugins`). Features
     // are still unified over the whole workspace.
@@ -131,7 +130,7 @@ fn build_host(root: &Path) -> Result<PathBuf> {
             install_stripped(&path, &bin, name)?;
         }
     }
-    install_client(root, &bin, &build)?;
+    install_client(root, &bin, build)?;
     Ok(bin)
 }
 
@@ -228,8 +227,7 @@ fn install_stripped(path: &Path, bin: &Path, name: &str) -> Result<()> {
 /// `wasm-cni` crate compiles again, with the model, the same compile the
 /// tests then reuse): features of one build are unified, and the model must
 /// not reach `wasm-cni`. Plugin authors run it on their own machines.
-fn install_plugin_test(root: &Path, bin: &Path) -> Result<()> {
-    let build = StaticBuild::detect()?;
+fn install_plugin_test(root: &Path, bin: &Path, build: &StaticBuild) -> Result<()> {
     let args = build.args(
         "build",
         &[
@@ -250,9 +248,9 @@ fn install_plugin_test(root: &Path, bin: &Path) -> Result<()> {
 pub fn test(root: &Path) -> Result<()> {
     setup::run(setup::TEST_PACKAGES)?;
     cargo(root, &["fmt", "--all", "--check"])?;
-    let bin = build_host(root)?;
-    plugins::run(root, None, false, &[])?;
     let build = StaticBuild::detect()?;
+    let bin = build_host(root, &build)?;
+    plugins::run(root, None, false, &[])?;
     let args = build.args(
         "clippy",
         &[
@@ -277,7 +275,7 @@ pub fn test(root: &Path) -> Result<()> {
     let me = std::env::current_exe().context("xtask's own executable")?;
     let me = me.to_string_lossy().into_owned();
     // Before the tests, which run `wasm-cni plugin test`.
-    install_plugin_test(root, &bin)?;
+    install_plugin_test(root, &bin, &build)?;
     // Every pass selects the whole workspace (see `StaticBuild`), so the
     // later ones compile nothing: `--test` picks the binaries.
     let all = ["--release", "--locked", "--workspace"];
@@ -525,7 +523,7 @@ pub fn bench(root: &Path, args: &[String]) -> Result<()> {
     // Item 6's peer: podman's network backend.
     packages.push("netavark");
     setup::run(&packages)?;
-    let dir = build_host(root)?;
+    let dir = build_host(root, &StaticBuild::detect()?)?;
     plugins::run(root, None, false, &[])?;
     let bin = dir.join("wasm-cni-bench");
     let status = Command::new(&bin)
@@ -542,8 +540,9 @@ pub fn bench(root: &Path, args: &[String]) -> Result<()> {
 /// Build what the demo runs: the host binary and every component.
 fn build_all(root: &Path) -> Result<PathBuf> {
     setup::run(setup::TEST_PACKAGES)?;
-    let bin = build_host(root)?;
-    install_plugin_test(root, &bin)?;
+    let build = StaticBuild::detect()?;
+    let bin = build_host(root, &build)?;
+    install_plugin_test(root, &bin, &build)?;
     plugins::run(root, None, false, &[])?;
     Ok(bin)
 }
