@@ -119,6 +119,9 @@ pub struct Daemon {
     pub dir: TempDir,
     pub socket: PathBuf,
     child: Option<std::process::Child>,
+    /// How it was started, for [`Daemon::restart`].
+    netns: String,
+    command: Vec<String>,
 }
 
 impl Daemon {
@@ -132,15 +135,31 @@ impl Daemon {
     pub fn start_wrapped(netns: &str, wrapper: &[&str], args: &[&str]) -> Self {
         let dir = TempDir::new("daemon");
         let socket = dir.join("run/daemon.sock");
-        let log = std::fs::File::create(dir.join("daemon.log")).expect("daemon log");
+        let mut command: Vec<String> = wrapper.iter().map(|s| s.to_string()).collect();
+        command.push(wasm_cni_bin().to_string_lossy().into_owned());
+        command.extend(["daemon".into(), "--socket".into()]);
+        command.push(socket.to_string_lossy().into_owned());
+        command.extend(args.iter().map(|s| s.to_string()));
+        let mut d = Daemon {
+            dir,
+            socket,
+            child: None,
+            netns: netns.to_string(),
+            command,
+        };
+        d.spawn();
+        d
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("daemon.log"))
+            .expect("daemon log");
         let child = Command::new("ip")
-            .args(["netns", "exec", netns])
-            .args(wrapper)
-            .arg(wasm_cni_bin())
-            .arg("daemon")
-            .arg("--socket")
-            .arg(&socket)
-            .args(args)
+            .args(["netns", "exec", &self.netns])
+            .args(&self.command)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .stdin(Stdio::null())
@@ -148,13 +167,14 @@ impl Daemon {
             .stderr(log)
             .spawn()
             .expect("spawn the daemon");
-        let mut d = Daemon {
-            dir,
-            socket,
-            child: Some(child),
-        };
-        d.wait_ready();
-        d
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    /// Start it again, as before, on the same socket (after `stop_with`).
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "stop it first");
+        self.spawn();
     }
 
     fn wait_ready(&mut self) {

@@ -147,18 +147,22 @@ fn the_clients_refusals_keep_their_codes_and_messages() {
     let dir = TempDir::new("clntbad");
     let conf = |socket: &Path, mode: &str| {
         json!({"cniVersion": "1.1.0", "name": "clbad", "type": "wasm-cni",
-               "daemon": mode, "daemonSocket": socket, "chain": [{"type": "fx"}]})
+               "daemon": mode, "daemonSocket": socket, "daemonWaitMs": 300,
+               "chain": [{"type": "fx"}]})
     };
     let none = dir.join("none.sock");
     let (code, r, _) = call(&layout, &env("ADD", ""), &conf(&none, "require"));
     assert_eq!((code, r["code"].clone()), (1, json!(11)), "{r}");
+    let msg = r["msg"].as_str().unwrap();
     assert!(
-        r["msg"]
-            .as_str()
-            .unwrap()
-            .starts_with("the wasm-cni daemon is not reachable at"),
+        msg.starts_with("the wasm-cni daemon is not reachable at")
+            && msg.ends_with("(waited 300 ms)"),
         "{r}"
     );
+    let mut typo = conf(&none, "require");
+    typo["daemonWaitMs"] = json!("5s");
+    let (_, r, _) = call(&layout, &env("DEL", ""), &typo);
+    assert_eq!(r["code"], 7, "{r}");
     let (_, r, _) = call(&layout, &env("STATUS", ""), &conf(&none, "require"));
     assert_eq!(r["code"], 50, "{r}");
     let (_, r, _) = call(&layout, &env("ADD", ""), &conf(&none, "sometimes"));

@@ -102,7 +102,9 @@ fn a_daemon_that_is_down_is_11_at_once_or_in_process_when_preferred() {
         !n.daemon.socket.exists(),
         "a stopped daemon removes its socket"
     );
-    let out = n.run(Invocation::new("ADD"), &ctr, &n.conf(31, "require"));
+    let mut at_once = n.conf(31, "require");
+    at_once["daemonWaitMs"] = json!(0);
+    let out = n.run(Invocation::new("ADD"), &ctr, &at_once);
     assert_eq!(out.error_code(), 11, "{out:?}");
     assert!(out.error_msg().contains("not reachable"), "{out:?}");
     assert!(
@@ -258,6 +260,52 @@ fn the_socket_serves_only_its_peers_and_cuts_off_bad_ones() {
     );
     // And the daemon is still fine.
     n.run(Invocation::new("STATUS"), &ctr, &conf).assert_ok();
+}
+
+/// An upgrade restarts the daemon while the runtime starts pods: a
+/// `require` call that finds no one listening waits (bounded by
+/// `daemonWaitMs`) and is served by the new daemon; one that waits longer
+/// than that is 11, not a hang.
+#[test]
+fn a_require_call_waits_out_a_daemon_restart() {
+    let Some(mut n) = node("drst", &[]) else {
+        return;
+    };
+    let ctr = Netns::new("drstc");
+    let conf = n.conf(38, "require");
+    n.run(Invocation::new("STATUS"), &ctr, &conf).assert_ok();
+    n.daemon.stop_with("TERM");
+    let inv = Invocation::new("ADD").netns(ctr.path());
+    let node = n.ns.name.clone();
+    let add = {
+        let conf = conf.clone();
+        std::thread::spawn(move || inv.run_in(Some(&node), &conf))
+    };
+    std::thread::sleep(Duration::from_millis(1_000));
+    n.daemon.restart();
+    let out = add.join().unwrap();
+    out.assert_ok();
+    assert!(
+        out.elapsed >= Duration::from_millis(900),
+        "{:?}",
+        out.elapsed
+    );
+    assert!(ctr.link("eth0").is_some());
+    // Down for longer than the wait: DEL ends with 11 in about the wait.
+    n.daemon.stop_with("TERM");
+    let mut short = conf.clone();
+    short["daemonWaitMs"] = json!(400);
+    let out = n.run(Invocation::new("DEL"), &ctr, &short);
+    assert_eq!(out.error_code(), 11, "{out:?}");
+    assert!(out.error_msg().contains("waited 400 ms"), "{out:?}");
+    assert!(
+        out.elapsed >= Duration::from_millis(400) && out.elapsed < Duration::from_secs(3),
+        "{:?}",
+        out.elapsed
+    );
+    n.daemon.restart();
+    n.run(Invocation::new("DEL"), &ctr, &conf).assert_ok();
+    assert!(ctr.link("eth0").is_none());
 }
 
 #[test]

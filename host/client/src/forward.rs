@@ -45,6 +45,10 @@ impl ClientError {
 /// Where the daemon listens unless the config says `daemonSocket`.
 pub const DEFAULT_SOCKET: &str = "/run/wasm-cni/daemon.sock";
 
+/// How long a `require` call waits for a daemon that is not listening
+/// (restarting, being upgraded) unless the config says `daemonWaitMs`.
+pub const DEFAULT_WAIT_MS: u64 = 5_000;
+
 /// `daemon` in the `wasm-cni` plugin config.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -52,7 +56,8 @@ pub enum Mode {
     Off,
     /// Use the daemon when one answers, else run in-process with a warning.
     Prefer,
-    /// Use the daemon; when none answers, fail at once with code 11.
+    /// Use the daemon; when none listens, wait for one a bounded time
+    /// (`daemonWaitMs`), then fail with code 11.
     Require,
 }
 
@@ -75,6 +80,9 @@ struct Peek {
     /// How long the chain may take: every plugin's and IPAM delegate's
     /// deadline, summed.
     budget: Duration,
+    /// How long `require` waits for a daemon to listen: `daemonWaitMs`,
+    /// never more than `budget`.
+    connect_wait: Duration,
 }
 
 /// How long the chain of a request's config may take: every plugin's and
@@ -116,6 +124,7 @@ fn peek(stdin: &[u8]) -> Result<Peek, (ClientError, Option<String>)> {
             socket: PathBuf::new(),
             cni_version: None,
             budget: Duration::ZERO,
+            connect_wait: Duration::ZERO,
         });
     };
     let cni_version = conf
@@ -153,11 +162,27 @@ fn peek(stdin: &[u8]) -> Result<Peek, (ClientError, Option<String>)> {
             ))
         }
     };
+    // Written by the operator, but a typo must not turn into a hang or an
+    // instant failure: anything but a whole number of ms is refused.
+    let wait_ms = match conf.get("daemonWaitMs") {
+        None | Some(Value::Null) => DEFAULT_WAIT_MS,
+        Some(v) => v.as_u64().ok_or_else(|| {
+            (
+                ClientError::new(
+                    code::INVALID_CONFIG,
+                    format!("daemonWaitMs must be a whole number of milliseconds, not {v}"),
+                ),
+                cni_version.clone(),
+            )
+        })?,
+    };
+    let budget = budget(&conf);
     Ok(Peek {
         mode,
         socket,
         cni_version,
-        budget: budget(&conf),
+        budget,
+        connect_wait: Duration::from_millis(wait_ms).min(budget),
     })
 }
 
@@ -207,6 +232,7 @@ pub fn run(
             socket: PathBuf::new(),
             cni_version: None,
             budget: Duration::ZERO,
+            connect_wait: Duration::ZERO,
         }),
     };
     let peek = match peeked {
@@ -216,7 +242,13 @@ pub fn run(
     if peek.mode == Mode::Off {
         return local(Local::Off, vars, stdin);
     }
-    let stream = match UnixStream::connect(&peek.socket) {
+    // STATUS is a question about now; everything else may wait out a
+    // daemon's restart.
+    let connect_wait = match (peek.mode, command) {
+        (Mode::Require, Some(c)) if c != "STATUS" => peek.connect_wait,
+        _ => Duration::ZERO,
+    };
+    let stream = match connect(&peek.socket, connect_wait) {
         Ok(s) => s,
         Err(e) if peek.mode == Mode::Prefer => {
             let why = format!(
@@ -236,8 +268,13 @@ pub fn run(
                 ClientError::new(
                     code,
                     format!(
-                        "the wasm-cni daemon is not reachable at {}: {e}",
-                        peek.socket.display()
+                        "the wasm-cni daemon is not reachable at {}: {e}{}",
+                        peek.socket.display(),
+                        if connect_wait.is_zero() {
+                            String::new()
+                        } else {
+                            format!(" (waited {} ms)", connect_wait.as_millis())
+                        }
                     ),
                 ),
                 peek.cni_version.as_deref(),
@@ -272,6 +309,30 @@ pub fn run(
             ),
             peek.cni_version.as_deref(),
         ),
+    }
+}
+
+/// Connect to the daemon, retrying for up to `wait` while nothing listens
+/// (the socket is missing, or no one accepts on it: a daemon between stop
+/// and start). Any other error (a permission, a path that is not a
+/// socket) is final at once: waiting would not change it.
+fn connect(socket: &std::path::Path, wait: Duration) -> std::io::Result<UnixStream> {
+    use std::io::ErrorKind;
+    let deadline = std::time::Instant::now() + wait;
+    let mut pause = Duration::from_millis(10);
+    loop {
+        match UnixStream::connect(socket) {
+            Ok(s) => return Ok(s),
+            Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::ConnectionRefused) => {
+                let now = std::time::Instant::now();
+                if now >= deadline {
+                    return Err(e);
+                }
+                std::thread::sleep(pause.min(deadline - now));
+                pause = (pause * 2).min(Duration::from_millis(200));
+            }
+            Err(e) => return Err(e),
+        }
     }
 }
 
@@ -382,7 +443,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("wasm-cni-client-{}", std::process::id()));
         let conf = |mode: &str| {
             format!(
-                r#"{{"cniVersion":"1.0.0","name":"n","daemon":"{mode}","daemonSocket":"{}/none.sock","chain":[{{"type":"x"}}]}}"#,
+                r#"{{"cniVersion":"1.0.0","name":"n","daemon":"{mode}","daemonSocket":"{}/none.sock","daemonWaitMs":0,"chain":[{{"type":"x"}}]}}"#,
                 dir.display()
             )
             .into_bytes()
@@ -402,11 +463,18 @@ mod tests {
         };
         let started = std::time::Instant::now();
         let out = run(vars("ADD"), conf("require"), local, &log);
+        // daemonWaitMs 0: 11 at once.
         assert!(started.elapsed() < Duration::from_millis(100));
+        assert!(!out.stdout.contains("waited"), "{}", out.stdout);
         assert_eq!(out.exit_code, 1);
         assert!(out.stdout.contains("\"code\": 11"), "{}", out.stdout);
+        let started = std::time::Instant::now();
         let out = run(vars("STATUS"), conf("require"), local, &log);
         assert!(out.stdout.contains("\"code\": 50"), "{}", out.stdout);
+        assert!(
+            started.elapsed() < Duration::from_millis(100),
+            "STATUS never waits"
+        );
         // prefer: the local engine, told why (it says so, once).
         let out = run(vars("ADD"), conf("prefer"), local, &log);
         assert!(
@@ -422,6 +490,92 @@ mod tests {
         // off: local, without asking anyone.
         let out = run(vars("ADD"), conf("off"), local, &log);
         assert_eq!(out.stdout, "local");
+    }
+
+    /// `daemonWaitMs` is the operator's, but whatever it says, a call ends
+    /// within the chain's budget, and a value that is not a whole number of
+    /// milliseconds is refused rather than read as 0 or forever.
+    #[test]
+    fn daemon_wait_is_a_bounded_whole_number() {
+        let conf = |wait: &str| {
+            format!(
+                r#"{{"cniVersion":"1.0.0","daemon":"require","daemonWaitMs":{wait},"chain":[{{"type":"a","wasm":{{"deadlineMs":300}}}}]}}"#
+            )
+        };
+        for bad in ["-1", "1.5", "\"5000\"", "1e30", "true", "[]", "{}"] {
+            let (e, _) = peek(conf(bad).as_bytes())
+                .err()
+                .unwrap_or_else(|| panic!("{bad}"));
+            assert_eq!(e.code, code::INVALID_CONFIG, "{bad}");
+            assert!(e.msg.contains("daemonWaitMs"), "{bad}: {}", e.msg);
+        }
+        let wait = |w: &str| peek(conf(w).as_bytes()).unwrap().connect_wait;
+        assert_eq!(wait("0"), Duration::ZERO);
+        assert_eq!(wait("120"), Duration::from_millis(120));
+        // Never beyond the chain's own deadline.
+        assert_eq!(wait("18446744073709551615"), Duration::from_millis(300));
+        assert_eq!(wait("null"), Duration::from_millis(300));
+        let default = peek(br#"{"daemon":"require","chain":[{"type":"a"}]}"#).unwrap();
+        assert_eq!(default.connect_wait, Duration::from_millis(DEFAULT_WAIT_MS));
+        let dir = std::env::temp_dir().join(format!("wasm-cni-wait-{}", std::process::id()));
+        let stdin = format!(
+            r#"{{"cniVersion":"1.0.0","daemon":"require","daemonSocket":"{}/none.sock","daemonWaitMs":18446744073709551615,"chain":[{{"type":"a","wasm":{{"deadlineMs":300}}}}]}}"#,
+            dir.display()
+        );
+        let started = std::time::Instant::now();
+        let out = run(
+            vec![("CNI_COMMAND".into(), "DEL".into())],
+            stdin.into_bytes(),
+            |_, _, _| unreachable!("require never runs locally"),
+            &|_, _| {},
+        );
+        assert!(out.stdout.contains("\"code\": 11"), "{}", out.stdout);
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_millis(300) && took < Duration::from_secs(2),
+            "{took:?}"
+        );
+    }
+
+    /// A daemon that starts listening while a `require` call waits gets the
+    /// call: a restart is not a failed ADD.
+    #[test]
+    fn a_daemon_that_comes_back_within_the_wait_gets_the_call() {
+        let dir = std::env::temp_dir().join(format!("wasm-cni-back-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("d.sock");
+        // A stale socket file with no one listening: refused, not missing.
+        drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
+        let path = socket.clone();
+        let server = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(400));
+            let _ = std::fs::remove_file(&path);
+            let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+            let (mut s, _) = listener.accept().unwrap();
+            let mut req = Vec::new();
+            std::io::Read::read_to_end(&mut s, &mut req).unwrap();
+            let answer = Response {
+                exit_code: 0,
+                stdout: "from the daemon".into(),
+                stderr: String::new(),
+            };
+            s.write_all(&answer.encode()).unwrap();
+        });
+        let stdin = format!(
+            r#"{{"cniVersion":"1.0.0","daemon":"require","daemonSocket":"{}","chain":[{{"type":"a"}}]}}"#,
+            socket.display()
+        );
+        let started = std::time::Instant::now();
+        let out = run(
+            vec![("CNI_COMMAND".into(), "ADD".into())],
+            stdin.into_bytes(),
+            |_, _, _| unreachable!("require never runs locally"),
+            &|_, _| {},
+        );
+        server.join().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(out.stdout, "from the daemon");
+        assert!(started.elapsed() >= Duration::from_millis(400));
     }
 
     #[test]
