@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use serde_json::{Map, Value};
@@ -310,6 +311,11 @@ struct DaemonArgs {
     /// The daemon's own log lines as JSON objects, one per line.
     #[arg(long)]
     json_log: bool,
+    /// Write the conflist `install --defer-conflist` left pending in this
+    /// install record once the network's STATUS, sent the way the runtime
+    /// sends it, answers success: the node is ready when this daemon is.
+    #[arg(long, value_name = "RECORD")]
+    publish_conflist: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -689,7 +695,82 @@ fn daemon(d: DaemonArgs) -> Result<i32, String> {
     };
     opts.json_log = d.json_log;
     crate::daemon::init_log(opts.json_log);
+    if let Some(record) = d.publish_conflist {
+        crate::daemon::block_signals()?;
+        std::thread::Builder::new()
+            .name("publish-conflist".into())
+            .spawn(move || publish_when_ready(&record))
+            .map_err(|e| format!("cannot start the conflist publisher: {e}"))?;
+    }
     crate::daemon::serve(opts).map(|()| 0)
+}
+
+/// Ask STATUS of the pending network, through the socket its config names,
+/// until it answers success; then write its conflist. Gives up only when
+/// nothing is pending, or the record cannot be read (said in the log): a
+/// STATUS that fails (the daemon still starting, a store down) is retried,
+/// and the node stays not ready meanwhile.
+fn publish_when_ready(record: &Path) {
+    let mut pause = Duration::from_millis(50);
+    let mut last = String::new();
+    loop {
+        let (conf, cni_path) = match install::pending(record) {
+            Ok(Some(c)) => c,
+            Ok(None) => {
+                tracing::info!(
+                    event = "publish-conflist",
+                    "publish-conflist: nothing pending in {}",
+                    record.display()
+                );
+                return;
+            }
+            Err(e) => {
+                tracing::error!(event = "publish-conflist", "publish-conflist: {e}");
+                return;
+            }
+        };
+        let stdin = conf.to_string().into_bytes();
+        let vars = vec![
+            ("CNI_COMMAND".to_string(), "STATUS".to_string()),
+            ("CNI_PATH".to_string(), cni_path),
+        ];
+        let answer = wasm_cni_client::forward::run(
+            vars,
+            stdin,
+            |_, _, _| wasm_cni_client::wire::Response {
+                exit_code: 1,
+                stdout: "no daemon answers at the network's daemonSocket".into(),
+                stderr: String::new(),
+            },
+            &|_, _| {},
+        );
+        if answer.exit_code == 0 {
+            match install::publish(record) {
+                Ok(Some(path)) => tracing::info!(
+                    event = "publish-conflist",
+                    "publish-conflist: the daemon answers; wrote {}",
+                    path.display()
+                ),
+                Ok(None) => tracing::info!(
+                    event = "publish-conflist",
+                    "publish-conflist: nothing pending in {} any more",
+                    record.display()
+                ),
+                Err(e) => tracing::error!(event = "publish-conflist", "publish-conflist: {e}"),
+            }
+            return;
+        }
+        let why = answer.stdout.trim().to_string();
+        if why != last {
+            tracing::warn!(
+                event = "publish-conflist",
+                "publish-conflist: not ready, the conflist waits: {why}"
+            );
+            last = why;
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_secs(2));
+    }
 }
 
 fn plugins(d: &DirArgs, compile: bool) -> Result<i32, String> {

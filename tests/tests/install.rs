@@ -171,7 +171,21 @@ fn walk(dir: &Path, out: &mut Vec<(PathBuf, Vec<u8>)>) {
 }
 
 fn run(bin: &Path, args: &[String]) -> (i32, String, String) {
-    let out = Command::new(bin).args(args).env_clear().output().unwrap();
+    // The test copied `bin` a moment ago; a child another test thread forks
+    // meanwhile holds that write descriptor until its own exec, and exec
+    // of `bin` fails with ETXTBSY until then (the harness's race, not
+    // install's: installed files are closed before they are renamed in).
+    let mut tries = 0;
+    let out = loop {
+        match Command::new(bin).args(args).env_clear().output() {
+            // 26: ETXTBSY.
+            Err(e) if e.raw_os_error() == Some(26) && tries < 50 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            r => break r.unwrap(),
+        }
+    };
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -400,6 +414,11 @@ fn bad_input_names_the_cause_and_writes_nothing() {
             node.install_args(&node.root.join("missing.json")),
             "missing.json",
         ),
+        (
+            "a deferred conflist no daemon would write",
+            [node.install_args(&good), vec!["--defer-conflist".into()]].concat(),
+            "does not use the daemon",
+        ),
     ];
     for (what, args, expect) in cases {
         refused(&node, &image, &args, what, &[expect]);
@@ -581,4 +600,185 @@ fn reinstall_under_load_fails_no_call() {
     );
     let (code, _, _) = uninstall(&node, &a.bin(), &[]);
     assert_eq!(code, 0);
+}
+
+/// A daemon started with `--publish-conflist`, killed when dropped.
+struct Publisher(std::process::Child);
+
+impl Drop for Publisher {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The runtime calls the node's network ready as soon as a conflist
+/// exists: with `--defer-conflist` the daemon writes it, and only once a
+/// STATUS sent the way the runtime sends it succeeds. While the daemon is
+/// down later, the conflist stays (DEL must keep working) and STATUS says
+/// 50.
+#[test]
+fn the_conflist_is_written_once_the_daemon_answers() {
+    if !is_root("the_conflist_is_written_once_the_daemon_answers") {
+        return;
+    }
+    let image = Image::new("ready");
+    let node = Node::new("ready");
+    let host = Netns::new("inrh");
+    let pod = Netns::new("inrp");
+    let socket = node.root.join("run/wasm-cni/daemon.sock");
+    let mut t: Value = serde_json::from_slice(&fs::read(node.template()).unwrap()).unwrap();
+    t["plugins"][0]["daemon"] = json!("require");
+    t["plugins"][0]["daemonSocket"] = json!(socket);
+    let template = node.root.join("daemon-template.json");
+    fs::write(&template, serde_json::to_vec(&t).unwrap()).unwrap();
+    let mut args = node.install_args(&template);
+    args.push("--defer-conflist".into());
+    let conf_before = fs::read_dir(node.conf_dir()).unwrap().count();
+    let (code, out, err) = run(&image.bin(), &args);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("pending"), "{out}");
+    assert!(
+        !node.conflist().exists(),
+        "written before the daemon answers"
+    );
+    assert_eq!(fs::read_dir(node.conf_dir()).unwrap().count(), conf_before);
+    let engine = if image.has_client() {
+        node.bin_dir().join("wasm-cni-engine")
+    } else {
+        node.bin_dir().join("wasm-cni")
+    };
+    let log = node.root.join("daemon.log");
+    let daemon = |log: &Path| {
+        Publisher(
+            Command::new("ip")
+                .args(["netns", "exec", &host.name])
+                .arg(&engine)
+                .args(["daemon", "--socket"])
+                .arg(&socket)
+                .arg("--publish-conflist")
+                .arg(node.record())
+                .stderr(fs::File::create(log).unwrap())
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let mut d = daemon(&log);
+    let started = std::time::Instant::now();
+    while !node.conflist().exists() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "no conflist: {}",
+            fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(mode(&node.conflist()), 0o600);
+    let written: Value = serde_json::from_slice(&fs::read(node.conflist()).unwrap()).unwrap();
+    assert_eq!(written["plugins"][0]["daemon"], "require");
+    let record: Value = serde_json::from_slice(&fs::read(node.record()).unwrap()).unwrap();
+    assert!(record.get("pending").is_none(), "{record}");
+    assert!(record["files"]
+        .get(node.conflist().to_str().unwrap())
+        .is_some());
+    // It says so (just after the rename).
+    while !fs::read_to_string(&log)
+        .unwrap()
+        .contains("publish-conflist: the daemon answers; wrote")
+    {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "{}",
+            fs::read_to_string(&log).unwrap()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+
+    // The runtime's calls, through the installed client and the daemon.
+    let mut stdin = written["plugins"][0].clone();
+    stdin["name"] = written["name"].clone();
+    stdin["cniVersion"] = written["cniVersion"].clone();
+    let stdin = serde_json::to_vec(&stdin).unwrap();
+    let installed = node.bin_dir().join("wasm-cni");
+    let bin_dir = node.bin_dir().display().to_string();
+    let netns = pod.path();
+    let env = |verb| {
+        vec![
+            ("CNI_COMMAND", verb),
+            ("CNI_CONTAINERID", "ready1"),
+            ("CNI_NETNS", netns.as_str()),
+            ("CNI_IFNAME", "eth0"),
+            ("CNI_PATH", bin_dir.as_str()),
+        ]
+    };
+    let add = run_program(&installed, Some(&host.name), &[], &env("ADD"), &stdin);
+    assert_eq!(add.code, 0, "ADD: {}\n{}", add.stdout, add.stderr);
+
+    // The daemon goes down: the conflist stays, STATUS is 50 at once.
+    let _ = Command::new("kill")
+        .args(["-TERM", &d.0.id().to_string()])
+        .status();
+    let _ = d.0.wait();
+    assert!(node.conflist().exists());
+    let status = run_program(&installed, Some(&host.name), &[], &env("STATUS"), &stdin);
+    assert!(status.stdout.contains("\"code\": 50"), "{}", status.stdout);
+    // Back up, with nothing pending: it serves DEL and writes nothing.
+    d = daemon(&node.root.join("daemon2.log"));
+    let del = run_program(&installed, Some(&host.name), &[], &env("DEL"), &stdin);
+    assert_eq!(del.code, 0, "DEL: {}\n{}", del.stdout, del.stderr);
+    drop(d);
+    let (code, out, err) = uninstall(&node, &image.bin(), &[]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(!node.record().exists() && !node.conflist().exists());
+}
+
+/// A file planted at the conflist's path between `install --defer-conflist`
+/// and the daemon's publishing is left as it is, and the daemon says why.
+#[test]
+fn a_file_planted_before_publishing_is_left_alone() {
+    if !is_root("a_file_planted_before_publishing_is_left_alone") {
+        return;
+    }
+    let image = Image::new("plant");
+    let node = Node::new("plant");
+    let host = Netns::new("inph");
+    let socket = node.root.join("run/wasm-cni/daemon.sock");
+    let mut t: Value = serde_json::from_slice(&fs::read(node.template()).unwrap()).unwrap();
+    t["plugins"][0]["daemon"] = json!("prefer");
+    t["plugins"][0]["daemonSocket"] = json!(socket);
+    let template = node.root.join("daemon-template.json");
+    fs::write(&template, serde_json::to_vec(&t).unwrap()).unwrap();
+    let mut args = node.install_args(&template);
+    args.push("--defer-conflist".into());
+    let (code, out, err) = run(&image.bin(), &args);
+    assert_eq!(code, 0, "{out}\n{err}");
+    fs::write(node.conflist(), b"planted").unwrap();
+    let log = node.root.join("daemon.log");
+    let _d = Publisher(
+        Command::new("ip")
+            .args(["netns", "exec", &host.name])
+            .arg(image.bin())
+            .args(["daemon", "--socket"])
+            .arg(&socket)
+            .arg("--publish-conflist")
+            .arg(node.record())
+            .stderr(fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let started = std::time::Instant::now();
+    while !fs::read_to_string(&log)
+        .unwrap()
+        .contains("was not written by wasm-cni install")
+    {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "{}",
+            fs::read_to_string(&log).unwrap()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(fs::read(node.conflist()).unwrap(), b"planted");
+    let record: Value = serde_json::from_slice(&fs::read(node.record()).unwrap()).unwrap();
+    assert!(record.get("pending").is_some(), "still pending: {record}");
 }

@@ -74,6 +74,13 @@ pub struct InstallArgs {
     /// Where install records what it wrote, for uninstall.
     #[arg(long, value_name = "FILE", default_value = DEFAULT_RECORD)]
     record: PathBuf,
+    /// Leave the conflist to the daemon: record it as pending, for
+    /// `wasm-cni daemon --publish-conflist` to write once the daemon
+    /// answers STATUS for it (the runtime calls the node ready as soon as
+    /// a conflist exists). For networks with "daemon": "prefer" or
+    /// "require".
+    #[arg(long)]
+    defer_conflist: bool,
 }
 
 #[derive(clap::Args)]
@@ -110,6 +117,16 @@ struct Record {
     network: String,
     state_dir: PathBuf,
     files: BTreeMap<PathBuf, Written>,
+    /// A conflist rendered and checked by `install --defer-conflist`,
+    /// waiting for the daemon.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pending: Option<Pending>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Pending {
+    path: PathBuf,
+    conflist: String,
 }
 
 impl Record {
@@ -215,6 +232,19 @@ pub fn install(a: &InstallArgs) -> Result<i32, String> {
     }
     check_name(&a.conf_name)?;
     let conflist_path = a.conf_dir.join(&a.conf_name);
+    if a.defer_conflist {
+        let mode = serde_json::from_slice::<Value>(&conflist)
+            .ok()
+            .and_then(|v| super::plugin_stdin(&v, &Map::new()).ok())
+            .and_then(|v| v.get("daemon").and_then(Value::as_str).map(str::to_string));
+        if !matches!(mode.as_deref(), Some("prefer" | "require")) {
+            return Err(format!(
+                "--defer-conflist: the network does not use the daemon (\"daemon\" is {}), \
+                 so no daemon would ever write its conflist",
+                mode.map_or("not set".to_string(), |m| format!("{m:?}"))
+            ));
+        }
+    }
     plan.push(planned(
         conflist_path,
         &Content::new(conflist),
@@ -246,23 +276,96 @@ pub fn install(a: &InstallArgs) -> Result<i32, String> {
         .map(|d| d.join(engine_name))
         .ok_or("no --bin-dir")?;
     precompile(&engine_at, &conf, &mut record, &a.record)?;
+    record.pending = None;
     for p in &conflist {
+        if a.defer_conflist && !p.current {
+            record.pending = Some(Pending {
+                path: p.path.clone(),
+                conflist: String::from_utf8_lossy(&p.content.bytes).into_owned(),
+            });
+            record.save(&a.record)?;
+            println!(
+                "pending {}: `wasm-cni daemon --publish-conflist {}` writes it once the daemon answers",
+                p.path.display(),
+                a.record.display()
+            );
+            return Ok(0);
+        }
         put(p, &mut record, &a.record)?;
     }
-    // A conflist an earlier install wrote under another name would keep
-    // its network configured: it goes (binaries and components stay
-    // recorded, as DEL of pods it attached may need them).
+    finish_conflist(&conflist[..], &mut record, &a.record)?;
+    Ok(0)
+}
+
+/// With `p` written: a conflist an earlier install wrote under another
+/// name would keep its network configured, so it goes (binaries and
+/// components stay recorded, as DEL of pods it attached may need them).
+fn finish_conflist(
+    written: &[Planned],
+    record: &mut Record,
+    record_path: &Path,
+) -> Result<(), String> {
     let stale: Vec<PathBuf> = record
         .files
         .iter()
-        .filter(|(path, w)| w.kind == Kind::Conflist && !conflist.iter().any(|p| &p.path == *path))
+        .filter(|(path, w)| w.kind == Kind::Conflist && !written.iter().any(|p| &p.path == *path))
         .map(|(path, _)| path.clone())
         .collect();
     for path in stale {
-        remove_ours(&path, &mut record)?;
+        remove_ours(&path, record)?;
     }
-    record.save(&a.record)?;
-    Ok(0)
+    record.save(record_path)
+}
+
+/// The conflist `install --defer-conflist` left for the daemon, as the
+/// runtime would call its STATUS: the plugin config, and `CNI_PATH` (the
+/// bin dirs install wrote to). None when nothing is pending.
+pub fn pending(record_path: &Path) -> Result<Option<(Value, String)>, String> {
+    let Some(record) = Record::load(record_path)? else {
+        return Ok(None);
+    };
+    let Some(p) = &record.pending else {
+        return Ok(None);
+    };
+    let conflist: Value = serde_json::from_str(&p.conflist)
+        .map_err(|e| format!("{}: the pending conflist: {e}", record_path.display()))?;
+    let stdin = super::plugin_stdin(&conflist, &Map::new())
+        .map_err(|e| format!("{}: the pending conflist: {e}", record_path.display()))?;
+    let mut dirs: Vec<String> = Vec::new();
+    for (path, w) in &record.files {
+        if let (Kind::Binary, Some(dir)) = (w.kind, path.parent()) {
+            let dir = dir.display().to_string();
+            if !dirs.contains(&dir) {
+                dirs.push(dir);
+            }
+        }
+    }
+    Ok(Some((stdin, dirs.join(":"))))
+}
+
+/// Write the pending conflist, under the record's lock and by install's
+/// rules (a file there that install did not write is left, and this
+/// fails). Returns its path, or None when nothing was pending (another
+/// publisher, or an install since, got there first).
+pub fn publish(record_path: &Path) -> Result<Option<PathBuf>, String> {
+    let _lock = lock_record(record_path)?;
+    let Some(mut record) = Record::load(record_path)? else {
+        return Ok(None);
+    };
+    let Some(p) = record.pending.clone() else {
+        return Ok(None);
+    };
+    let mut planned = planned(
+        p.path.clone(),
+        &Content::new(p.conflist.into_bytes()),
+        0o600,
+        Kind::Conflist,
+    );
+    planned.current = check_ours(&planned, &record)?;
+    record.pending = None;
+    put(&planned, &mut record, record_path)?;
+    finish_conflist(std::slice::from_ref(&planned), &mut record, record_path)?;
+    Ok(Some(p.path))
 }
 
 pub fn uninstall(a: &UninstallArgs) -> Result<i32, String> {
@@ -274,7 +377,9 @@ pub fn uninstall(a: &UninstallArgs) -> Result<i32, String> {
         );
         return Ok(0);
     };
-    // The conflist first: the runtime stops sending ADDs for this network.
+    // The conflist first: the runtime stops sending ADDs for this network
+    // (and a daemon still running publishes nothing now).
+    record.pending = None;
     let conflists: Vec<PathBuf> = record
         .files
         .iter()

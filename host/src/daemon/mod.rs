@@ -929,7 +929,11 @@ fn systemd_socket() -> Result<Option<UnixListener>, String> {
 
 /// Block SIGTERM and SIGINT in this thread and every thread it starts, so
 /// that only the signal thread receives them.
-fn block_signals() -> Result<libc::sigset_t, String> {
+/// Block SIGTERM and SIGINT in this thread and every thread it starts from
+/// now on (a signal thread waits for them): call it before starting a
+/// thread of your own beside the daemon, or a SIGTERM may end the process
+/// there instead of draining.
+pub fn block_signals() -> Result<libc::sigset_t, String> {
     // SAFETY: the sigset is initialised by sigemptyset before any other use,
     // and pthread_sigmask only reads it.
     unsafe {
