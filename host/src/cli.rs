@@ -18,6 +18,7 @@ use crate::store::{admin, DiskStore, EtcdConfig, EtcdStore, StateStore};
 const DEFAULT_PLUGIN_DIR: &str = "/opt/cni/wasm";
 
 mod install;
+mod kube;
 
 #[derive(Parser)]
 #[command(

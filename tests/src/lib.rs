@@ -837,6 +837,25 @@ impl Drop for Etcd {
     }
 }
 
+/// A CA (`ca.pem`) and a server certificate for 127.0.0.1 signed by it
+/// (`server.pem`, `server.key`), in `dir`, for a TLS server of a test.
+pub fn tls_certs(dir: &Path) {
+    let d = dir.display().to_string();
+    std::fs::write(
+        dir.join("server.ext"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .expect("server.ext");
+    for cmd in [
+        format!("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=wasm-cni-test-ca -keyout {d}/ca.key -out {d}/ca.pem"),
+        format!("openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout {d}/server.key -out {d}/server.csr"),
+        format!("openssl x509 -req -in {d}/server.csr -CA {d}/ca.pem -CAkey {d}/ca.key -CAcreateserial -days 1 -extfile {d}/server.ext -out {d}/server.pem"),
+    ] {
+        let args: Vec<&str> = cmd.split(' ').collect();
+        sh(&args);
+    }
+}
+
 /// A real registry (Debian `docker-registry`, distribution 2.8) for one
 /// test, inside the test's node namespace on 127.0.0.1, storing under a
 /// temporary directory; optionally behind htpasswd (Basic) authentication.
@@ -875,19 +894,7 @@ impl Registry {
         );
         if tls {
             let d = dir.path().display().to_string();
-            std::fs::write(
-                dir.join("server.ext"),
-                "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
-            )
-            .expect("server.ext");
-            for cmd in [
-                format!("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=wasm-cni-test-ca -keyout {d}/ca.key -out {d}/ca.pem"),
-                format!("openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout {d}/server.key -out {d}/server.csr"),
-                format!("openssl x509 -req -in {d}/server.csr -CA {d}/ca.pem -CAkey {d}/ca.key -CAcreateserial -days 1 -extfile {d}/server.ext -out {d}/server.pem"),
-            ] {
-                let args: Vec<&str> = cmd.split(' ').collect();
-                sh(&args);
-            }
+            tls_certs(dir.path());
             config +=
                 &format!("  tls:\n    certificate: {d}/server.pem\n    key: {d}/server.key\n");
         }

@@ -16,7 +16,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::{json, Value};
-use wasm_cni_tests::{is_root, plugin, run_program, wasm_cni_bin, Netns, TempDir};
+use wasm_cni_tests::{
+    is_root, plugin, run_program, tls_certs, wasm_cni_bin, workspace_root, Netns, TempDir,
+};
 
 /// The image's content: the engine (and the thin client when it was built
 /// beside it), and two components.
@@ -781,4 +783,216 @@ fn a_file_planted_before_publishing_is_left_alone() {
     assert_eq!(fs::read(node.conflist()).unwrap(), b"planted");
     let record: Value = serde_json::from_slice(&fs::read(node.record()).unwrap()).unwrap();
     assert!(record.get("pending").is_some(), "still pending: {record}");
+}
+
+/// A stand-in for the API server (tests/fixtures/kube-apiserver.py; no
+/// kube-apiserver can be installed here): HTTPS on 127.0.0.1:6443 in `ns`,
+/// with a CA and a token of this test.
+struct ApiServer {
+    child: std::process::Child,
+    dir: TempDir,
+}
+
+impl ApiServer {
+    fn start(ns: &Netns) -> ApiServer {
+        let dir = TempDir::new("kube-api");
+        tls_certs(dir.path());
+        fs::write(dir.join("token"), "test-token-1\n").unwrap();
+        let child = Command::new("ip")
+            .args(["netns", "exec", &ns.name, "python3"])
+            .arg(workspace_root().join("tests/fixtures/kube-apiserver.py"))
+            .arg("6443")
+            .arg(dir.join("server.pem"))
+            .arg(dir.join("server.key"))
+            .arg("test-token-1")
+            .stdout(fs::File::create(dir.join("requests.log")).unwrap())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("python3");
+        let api = ApiServer { child, dir };
+        let started = std::time::Instant::now();
+        while !fs::read_to_string(api.dir.join("requests.log"))
+            .unwrap_or_default()
+            .contains("listening")
+        {
+            assert!(started.elapsed() < std::time::Duration::from_secs(10));
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        api
+    }
+
+    fn requests(&self) -> String {
+        fs::read_to_string(self.dir.join("requests.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What an attacker controls here: the API server's reply (or whatever
+/// answers at its address): status, body, size, timing. What they must not
+/// gain: a hang, a value that is not a CIDR (or adds JSON structure) in a
+/// root-owned conflist, the token over plain HTTP, or anything written
+/// after a refusal. Good replies fill ${POD_CIDR} after waiting out a node
+/// without a CIDR yet and an API server that answers 503.
+#[test]
+fn pod_cidrs_come_from_the_api_server_or_a_clear_error() {
+    if !is_root("pod_cidrs_come_from_the_api_server_or_a_clear_error") {
+        return;
+    }
+    let image = Image::new("kube");
+    let node = Node::new("kube");
+    let ns = Netns::new("inkube");
+    let api = ApiServer::start(&ns);
+    let template = node.template();
+    let args = |name: &str, extra: &[&str]| -> Vec<String> {
+        let mut a: Vec<String> = node
+            .install_args(&template)
+            .into_iter()
+            .filter(|a| !a.starts_with("POD_CIDR="))
+            .collect();
+        // The --set that preceded the removed value.
+        if let Some(i) = a.iter().rposition(|x| x == "--set") {
+            if a.get(i + 1).is_none() {
+                a.pop();
+            }
+        }
+        a.extend(
+            [
+                "--pod-cidr-from-node",
+                name,
+                "--api-server",
+                "https://127.0.0.1:6443",
+                "--api-token-file",
+                api.dir.join("token").to_str().unwrap(),
+                "--api-ca-file",
+                api.dir.join("ca.pem").to_str().unwrap(),
+            ]
+            .iter()
+            .map(|s| s.to_string()),
+        );
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    let run_ns = |args: &[String]| -> (i32, String, String, std::time::Duration) {
+        let started = std::time::Instant::now();
+        let out = Command::new("ip")
+            .args(["netns", "exec", &ns.name])
+            .arg(image.bin())
+            .args(args)
+            .env_clear()
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+            started.elapsed(),
+        )
+    };
+    let subnet = || -> String {
+        let v: Value = serde_json::from_slice(&fs::read(node.conflist()).unwrap()).unwrap();
+        v["plugins"][0]["chain"][0]["ipam"]["ranges"][0][0]["subnet"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+
+    // Refusals first: each names the cause, in bounded time, and writes nothing.
+    let before = node.files();
+    let other_ca = TempDir::new("kube-other-ca");
+    tls_certs(other_ca.path());
+    let mut wrong_token = args("node-a", &[]);
+    let at = wrong_token
+        .iter()
+        .position(|a| a == "--api-token-file")
+        .unwrap();
+    fs::write(other_ca.join("token"), "not-the-token").unwrap();
+    wrong_token[at + 1] = other_ca.join("token").display().to_string();
+    let mut wrong_ca = args("node-a", &[]);
+    let at = wrong_ca.iter().position(|a| a == "--api-ca-file").unwrap();
+    wrong_ca[at + 1] = other_ca.join("ca.pem").display().to_string();
+    let mut plain = args("node-a", &[]);
+    let at = plain.iter().position(|a| a == "--api-server").unwrap();
+    plain[at + 1] = "http://127.0.0.1:6443".into();
+    let cases: Vec<(&str, Vec<String>, &[&str], u64)> = vec![
+        (
+            "403",
+            args("forbidden", &[]),
+            &["403", "get on nodes", "cannot get resource"],
+            3,
+        ),
+        ("401", wrong_token, &["401", "token"], 3),
+        ("404", args("nosuch", &[]), &["no node \"nosuch\""], 3),
+        ("another CA", wrong_ca, &["TLS"], 3),
+        ("plain http", plain, &["not https"], 3),
+        ("a lying CIDR", args("lies", &[]), &["is not a CIDR"], 3),
+        ("a huge reply", args("huge", &[]), &["over the limit"], 3),
+        (
+            "a path in the name",
+            args("../../x", &[]),
+            &["not a node name"],
+            3,
+        ),
+        (
+            "a hang",
+            args("hang", &["--api-wait-ms", "1500"]),
+            &["no complete reply", "gave up after 1500 ms"],
+            8,
+        ),
+        (
+            "no CIDR ever",
+            args("never", &["--api-wait-ms", "1000"]),
+            &["no spec.podCIDRs yet", "gave up"],
+            6,
+        ),
+        (
+            "both --set and the API",
+            args("node-a", &["--set", "POD_CIDR=10.9.0.0/24"]),
+            &["choose one"],
+            3,
+        ),
+    ];
+    for (what, a, expect, secs) in cases {
+        let (code, out, err, took) = run_ns(&a);
+        assert_eq!(code, 1, "{what}: {out}\n{err}");
+        for e in expect {
+            assert!(err.contains(e), "{what}: expected {e:?} in {err}");
+        }
+        assert!(
+            took < std::time::Duration::from_secs(secs),
+            "{what}: {took:?}"
+        );
+        assert_eq!(node.files(), before, "{what}: something was written");
+    }
+    assert!(!api.requests().contains("../"), "{}", api.requests());
+
+    // A node whose CIDR comes on the third read.
+    let (code, out, err, _) = run_ns(&args("late", &[]));
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(err.contains("no spec.podCIDRs yet"), "{err}");
+    assert_eq!(subnet(), "10.244.7.0/24");
+    // An API server that answers 503 first; dual-stack, v4 first.
+    let (code, out, err, _) = run_ns(&args("flaky", &[]));
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(err.contains("503"), "{err}");
+    assert_eq!(subnet(), "10.244.8.0/24");
+    let (code, out, err, _) = run_ns(&args("node-a", &[]));
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert_eq!(subnet(), "10.244.3.0/24");
+    assert!(
+        api.requests()
+            .lines()
+            .filter(|l| l.contains("no-token"))
+            .count()
+            == 1,
+        "only the wrong-token case goes without the token: {}",
+        api.requests()
+    );
+    let (code, out, err) = uninstall(&node, &image.bin(), &[]);
+    assert_eq!(code, 0, "{out}\n{err}");
 }

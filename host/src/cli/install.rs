@@ -81,6 +81,8 @@ pub struct InstallArgs {
     /// "require".
     #[arg(long)]
     defer_conflist: bool,
+    #[command(flatten)]
+    kube: super::kube::KubeArgs,
 }
 
 #[derive(clap::Args)]
@@ -653,6 +655,16 @@ fn render(a: &InstallArgs) -> Result<(Vec<u8>, config::NetConf), String> {
             return Err(format!("--set {s:?}: a name is letters, digits and _"));
         }
         values.insert(k.to_string(), v.to_string());
+    }
+    if let Some(node) = &a.kube.pod_cidr_from_node {
+        for (k, v) in super::kube::pod_cidr_values(&a.kube, node)? {
+            if values.contains_key(&k) {
+                return Err(format!(
+                    "--set {k} and --pod-cidr-from-node both give ${{{k}}}: choose one"
+                ));
+            }
+            values.insert(k, v);
+        }
     }
     let text = read_bounded(&a.template, MAX_TEMPLATE_BYTES)
         .map_err(|e| format!("--template {}: {e}", a.template.display()))?;

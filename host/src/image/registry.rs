@@ -205,6 +205,35 @@ pub fn push(
     })
 }
 
+/// One GET on a connection of its own, whole within `timeout`, the reply
+/// read up to `limit` bytes; no redirect is followed and no credentials are
+/// added but `headers`. For the installer's read of the Kubernetes API
+/// (HTTPS with the cluster's CA), sharing this client's limits.
+pub fn get_once(
+    url: &Url,
+    ca_file: Option<&Path>,
+    headers: &[(header::HeaderName, String)],
+    limit: u64,
+    timeout: Duration,
+) -> Result<Reply, String> {
+    let tls = if url.https {
+        Some(tls_connector(ca_file)?)
+    } else {
+        None
+    };
+    let origin = url.origin();
+    runtime()?.block_on(async {
+        let work = exchange(tls, Method::GET, url, headers, None, limit);
+        match tokio::time::timeout(timeout, work).await {
+            Ok(r) => r.map_err(|e| format!("{origin}: {e}")),
+            Err(_) => Err(format!(
+                "{origin}: no complete reply within {} ms",
+                timeout.as_millis()
+            )),
+        }
+    })
+}
+
 fn runtime() -> Result<tokio::runtime::Runtime, String> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
