@@ -251,6 +251,23 @@ impl Peer {
     }
 }
 
+/// This process's pid as the mounted /proc names it (what /proc/self
+/// points to): the same as its own pid in a pod, which mounts a /proc of
+/// its pid namespace, but not in a pid namespace that kept the node's
+/// /proc, where `getpid()` would name another process. A path of pid form
+/// rather than /proc/self, so that a native plugin's process, given it,
+/// reaches this process's descriptor.
+fn proc_pid() -> &'static str {
+    static PID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PID.get_or_init(|| {
+        std::fs::read_link("/proc/self")
+            .ok()
+            .and_then(|p| p.to_str().map(str::to_string))
+            .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+            .unwrap_or_else(|| std::process::id().to_string())
+    })
+}
+
 /// Run one CNI invocation on a [`Host`] that others may share.
 pub fn run_on(host: &Host, vars: Vec<(String, String)>, stdin: &mut dyn Read) -> Outcome {
     run_for(host, vars, stdin, None)
@@ -428,11 +445,7 @@ fn dispatch(
         // path the host does not open).
         netns_open: match peer {
             Some(p) => match &p.netns {
-                Some(fd) => Some(format!(
-                    "/proc/{}/fd/{}",
-                    std::process::id(),
-                    fd.as_raw_fd()
-                )),
+                Some(fd) => Some(format!("/proc/{}/fd/{}", proc_pid(), fd.as_raw_fd())),
                 None if !p.is_root() => Some(String::new()),
                 None => None,
             },

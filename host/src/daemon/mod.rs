@@ -222,15 +222,10 @@ fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener, wake: &OwnedFd) {
 fn admit(shared: &Arc<Shared>, stream: UnixStream) {
     // Refusals are written without waiting (they fit the socket's buffer).
     let _ = stream.set_nonblocking(true);
-    let peer = match rustix::net::sockopt::socket_peercred(&stream) {
+    let (uid, gid, pid) = match peer_credentials(&stream) {
         Ok(c) => c,
         Err(e) => return refuse(shared, &stream, "peer", format!("no peer credentials: {e}")),
     };
-    let (uid, gid, pid) = (
-        peer.uid.as_raw(),
-        peer.gid.as_raw(),
-        peer.pid.as_raw_nonzero().get() as u32,
-    );
     let allowed =
         uid == 0 || shared.opts.allow_uids.contains(&uid) || shared.opts.allow_gids.contains(&gid);
     if !allowed {
@@ -264,6 +259,39 @@ fn admit(shared: &Arc<Shared>, stream: UnixStream) {
     if let Err(e) = spawned {
         log::error(format_args!("daemon: cannot start a request thread: {e}"));
     }
+}
+
+/// The peer's (uid, gid, pid) as the kernel recorded them at connect. The
+/// pid is 0 for a peer outside this process's pid namespace: a daemon in a
+/// pod (its own pid namespace) sees every runtime that way. It only names
+/// the peer in logs; the decision is the uid's and gid's (a peer in a user
+/// namespace not mapped here shows as the overflow uid, and is refused).
+fn peer_credentials(stream: &UnixStream) -> std::io::Result<(u32, u32, u32)> {
+    use std::os::fd::AsRawFd;
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` is a valid, writable ucred and `len` its size; the
+    // kernel writes at most `len` bytes.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if len as usize != std::mem::size_of::<libc::ucred>() {
+        return Err(std::io::Error::other("a short SO_PEERCRED answer"));
+    }
+    Ok((cred.uid, cred.gid, u32::try_from(cred.pid).unwrap_or(0)))
 }
 
 /// Why a connection got no service: counted, logged, and told to the peer
