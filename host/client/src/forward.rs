@@ -42,6 +42,10 @@ impl ClientError {
     }
 }
 
+/// Set by the thin client on the engine it hands a call to after waiting
+/// for the daemon in vain, so that the engine does not wait again.
+pub const WAITED_VAR: &str = "WASM_CNI_DAEMON_WAITED";
+
 /// Where the daemon listens unless the config says `daemonSocket`.
 pub const DEFAULT_SOCKET: &str = "/run/wasm-cni/daemon.sock";
 
@@ -57,7 +61,7 @@ pub enum Mode {
     /// Use the daemon when one answers, else run in-process with a warning.
     Prefer,
     /// Use the daemon; when none listens, wait for one a bounded time
-    /// (`daemonWaitMs`), then fail with code 11.
+    /// (`daemonWaitMs`), then fail with code 11 (DEL: run in-process).
     Require,
 }
 
@@ -245,6 +249,8 @@ pub fn run(
     // STATUS is a question about now; everything else may wait out a
     // daemon's restart.
     let connect_wait = match (peek.mode, command) {
+        // The thin client waited already before it handed this call over.
+        _ if std::env::var_os(WAITED_VAR).is_some() => Duration::ZERO,
         (Mode::Require, Some(c)) if c != "STATUS" => peek.connect_wait,
         _ => Duration::ZERO,
     };
@@ -253,6 +259,17 @@ pub fn run(
         Err(e) if peek.mode == Mode::Prefer => {
             let why = format!(
                 "no daemon at {} ({e}); running in-process",
+                peek.socket.display()
+            );
+            return local(Local::NoDaemon(why), vars, stdin);
+        }
+        // DEL with no daemon after the wait (the daemon uninstalled, or down
+        // for longer): this process runs it. Nothing was sent, so no daemon
+        // runs it too, and the state is on disk, ordered by the same locks:
+        // pods stay deletable without the daemon.
+        Err(e) if command == Some("DEL") => {
+            let why = format!(
+                "no daemon at {} ({e}); running DEL in-process",
                 peek.socket.display()
             );
             return local(Local::NoDaemon(why), vars, stdin);
@@ -524,9 +541,9 @@ mod tests {
         );
         let started = std::time::Instant::now();
         let out = run(
-            vec![("CNI_COMMAND".into(), "DEL".into())],
-            stdin.into_bytes(),
-            |_, _, _| unreachable!("require never runs locally"),
+            vec![("CNI_COMMAND".into(), "CHECK".into())],
+            stdin.clone().into_bytes(),
+            |_, _, _| unreachable!("require runs only DEL locally"),
             &|_, _| {},
         );
         assert!(out.stdout.contains("\"code\": 11"), "{}", out.stdout);
@@ -534,6 +551,22 @@ mod tests {
         assert!(
             took >= Duration::from_millis(300) && took < Duration::from_secs(2),
             "{took:?}"
+        );
+        // DEL, after the same wait, runs here: pods stay deletable.
+        let out = run(
+            vec![("CNI_COMMAND".into(), "DEL".into())],
+            stdin.into_bytes(),
+            |why, _, _| Response {
+                exit_code: 0,
+                stdout: format!("{why:?}"),
+                stderr: String::new(),
+            },
+            &|_, _| {},
+        );
+        assert!(
+            out.stdout.contains("running DEL in-process"),
+            "{}",
+            out.stdout
         );
     }
 

@@ -68,7 +68,7 @@ fn describe(e: std::io::Result<std::io::Error>) -> String {
 /// so far given back through a memory file. Returns only on failure. For
 /// `"prefer"` with no daemon, the engine looks for it again and says so
 /// when it runs the chain itself: one warning, from whoever runs it.
-fn local(_why: forward::Local, _vars: Vec<(String, String)>, stdin: Vec<u8>) -> Response {
+fn local(why: forward::Local, _vars: Vec<(String, String)>, stdin: Vec<u8>) -> Response {
     let failed = |what: String| {
         let msg = format!("cannot run the engine for this call: {what}");
         Response {
@@ -92,8 +92,13 @@ fn local(_why: forward::Local, _vars: Vec<(String, String)>, stdin: Vec<u8>) -> 
         Ok(p) => p,
         Err(e) => return failed(e.to_string()),
     };
-    // The environment is inherited as it came (the runtime's).
-    let e = Command::new(&path).stdin(file).exec();
+    // The environment is inherited as it came (the runtime's); after a
+    // wait for the daemon, the engine is told not to wait again.
+    let mut cmd = Command::new(&path);
+    if matches!(why, forward::Local::NoDaemon(_)) {
+        cmd.env(forward::WAITED_VAR, "1");
+    }
+    let e = cmd.stdin(file).exec();
     failed(format!("{}: {e}", path.display()))
 }
 
