@@ -856,6 +856,54 @@ pub fn tls_certs(dir: &Path) {
     }
 }
 
+/// A stand-in for the API server (tests/fixtures/kube-apiserver.py; no
+/// kube-apiserver can be installed here): HTTPS on 127.0.0.1:6443 in `ns`,
+/// with a CA and a token of this test.
+pub struct KubeApi {
+    child: std::process::Child,
+    pub dir: TempDir,
+}
+
+impl KubeApi {
+    pub fn start(ns: &Netns) -> KubeApi {
+        let dir = TempDir::new("kube-api");
+        tls_certs(dir.path());
+        std::fs::write(dir.join("token"), "test-token-1\n").expect("token");
+        let child = std::process::Command::new("ip")
+            .args(["netns", "exec", &ns.name, "python3"])
+            .arg(workspace_root().join("tests/fixtures/kube-apiserver.py"))
+            .arg("6443")
+            .arg(dir.join("server.pem"))
+            .arg(dir.join("server.key"))
+            .arg("test-token-1")
+            .stdout(std::fs::File::create(dir.join("requests.log")).expect("requests.log"))
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("python3");
+        let api = KubeApi { child, dir };
+        let started = std::time::Instant::now();
+        while !std::fs::read_to_string(api.dir.join("requests.log"))
+            .unwrap_or_default()
+            .contains("listening")
+        {
+            assert!(started.elapsed() < std::time::Duration::from_secs(10));
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        api
+    }
+
+    pub fn requests(&self) -> String {
+        std::fs::read_to_string(self.dir.join("requests.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for KubeApi {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// A real registry (Debian `docker-registry`, distribution 2.8) for one
 /// test, inside the test's node namespace on 127.0.0.1, storing under a
 /// temporary directory; optionally behind htpasswd (Basic) authentication.

@@ -17,7 +17,7 @@ use std::process::Command;
 
 use serde_json::{json, Value};
 use wasm_cni_tests::{
-    is_root, plugin, run_program, tls_certs, wasm_cni_bin, workspace_root, Netns, TempDir,
+    is_root, plugin, run_program, tls_certs, wasm_cni_bin, KubeApi, Netns, TempDir,
 };
 
 /// The image's content: the engine (and the thin client when it was built
@@ -785,54 +785,6 @@ fn a_file_planted_before_publishing_is_left_alone() {
     assert!(record.get("pending").is_some(), "still pending: {record}");
 }
 
-/// A stand-in for the API server (tests/fixtures/kube-apiserver.py; no
-/// kube-apiserver can be installed here): HTTPS on 127.0.0.1:6443 in `ns`,
-/// with a CA and a token of this test.
-struct ApiServer {
-    child: std::process::Child,
-    dir: TempDir,
-}
-
-impl ApiServer {
-    fn start(ns: &Netns) -> ApiServer {
-        let dir = TempDir::new("kube-api");
-        tls_certs(dir.path());
-        fs::write(dir.join("token"), "test-token-1\n").unwrap();
-        let child = Command::new("ip")
-            .args(["netns", "exec", &ns.name, "python3"])
-            .arg(workspace_root().join("tests/fixtures/kube-apiserver.py"))
-            .arg("6443")
-            .arg(dir.join("server.pem"))
-            .arg(dir.join("server.key"))
-            .arg("test-token-1")
-            .stdout(fs::File::create(dir.join("requests.log")).unwrap())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("python3");
-        let api = ApiServer { child, dir };
-        let started = std::time::Instant::now();
-        while !fs::read_to_string(api.dir.join("requests.log"))
-            .unwrap_or_default()
-            .contains("listening")
-        {
-            assert!(started.elapsed() < std::time::Duration::from_secs(10));
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        api
-    }
-
-    fn requests(&self) -> String {
-        fs::read_to_string(self.dir.join("requests.log")).unwrap_or_default()
-    }
-}
-
-impl Drop for ApiServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// What an attacker controls here: the API server's reply (or whatever
 /// answers at its address): status, body, size, timing. What they must not
 /// gain: a hang, a value that is not a CIDR (or adds JSON structure) in a
@@ -847,7 +799,7 @@ fn pod_cidrs_come_from_the_api_server_or_a_clear_error() {
     let image = Image::new("kube");
     let node = Node::new("kube");
     let ns = Netns::new("inkube");
-    let api = ApiServer::start(&ns);
+    let api = KubeApi::start(&ns);
     let template = node.template();
     let args = |name: &str, extra: &[&str]| -> Vec<String> {
         let mut a: Vec<String> = node

@@ -4,6 +4,7 @@
 //! `guest-plugins/` and `tests/fixtures/` becomes a component. `setup`
 //! installs the Debian packages those builds need.
 
+mod image;
 mod plugins;
 mod scaffold;
 mod setup;
@@ -78,6 +79,17 @@ enum Task {
         /// Run only these targets; repeatable.
         #[arg(long, value_name = "NAME")]
         target: Vec<String>,
+    },
+    /// Build the node image (buildah, from scratch: the static binaries
+    /// and the components, nothing else) as an OCI archive, loadable with
+    /// `podman load -i` and `ctr images import`.
+    Image {
+        /// [default: <workspace>/target/image/wasm-cni.oci.tar]
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+        /// The tag [default: the workspace version].
+        #[arg(long)]
+        tag: Option<String>,
     },
     /// Build the release host, the bench and every component, then run
     /// the benchmark suite (host/bench; root, not part of `test`): wasm-cni
@@ -159,6 +171,7 @@ fn main() -> ExitCode {
         Task::Demo => workspace_root().and_then(tasks::demo),
         Task::Fuzz { seconds, target } => workspace_root()
             .and_then(|root| tasks::fuzz(root, seconds.unwrap_or(tasks::FUZZ_SECONDS), &target)),
+        Task::Image { out, tag } => workspace_root().and_then(|root| tasks::image(root, out, tag)),
         Task::Bench { args } => workspace_root().and_then(|root| tasks::bench(root, &args)),
     };
     match outcome {

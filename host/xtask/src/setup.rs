@@ -34,6 +34,12 @@ pub const TEST_PACKAGES: &[&str] = &[
     "docker-registry",
     "apache2-utils",
     "python3",
+    // The node image (`cargo xtask image`), which the Kubernetes tests run;
+    // they read the manifests with PyYAML and validate them with PyPI's
+    // kubernetes-validate in a virtualenv.
+    "buildah",
+    "python3-yaml",
+    "python3-venv",
 ];
 
 pub fn run(extra: &[&str]) -> Result<()> {

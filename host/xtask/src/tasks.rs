@@ -276,6 +276,10 @@ pub fn test(root: &Path) -> Result<()> {
     let me = me.to_string_lossy().into_owned();
     // Before the tests, which run `wasm-cni plugin test`.
     install_plugin_test(root, &bin, &build)?;
+    // The node image the Kubernetes tests run, from this build.
+    let image = root.join(IMAGE_ARCHIVE);
+    crate::image::build(&bin, &root.join("target-guest/components"), &image, "test")?;
+    let image = image.to_string_lossy().into_owned();
     // Every pass selects the whole workspace (see `StaticBuild`), so the
     // later ones compile nothing: `--test` picks the binaries.
     let all = ["--release", "--locked", "--workspace"];
@@ -283,7 +287,11 @@ pub fn test(root: &Path) -> Result<()> {
         root,
         &build,
         &all,
-        &[(under_test.0, &under_test.1), ("WASM_CNI_XTASK", &me)],
+        &[
+            (under_test.0, &under_test.1),
+            ("WASM_CNI_XTASK", &me),
+            ("WASM_CNI_IMAGE", &image),
+        ],
     )?;
     // The same chain, policy, IPAM, conformance, filtering and shaping tests again,
     // every call served by a daemon in the node namespace (the other front
@@ -546,6 +554,26 @@ fn build_all(root: &Path) -> Result<PathBuf> {
     plugins::run(root, None, false, &[])?;
     Ok(bin)
 }
+
+pub fn image(root: &Path, out: Option<PathBuf>, tag: Option<String>) -> Result<()> {
+    setup::run(&["buildah"])?;
+    let build = StaticBuild::detect()?;
+    let bin = build_host(root, &build)?;
+    plugins::run(root, None, false, &[])?;
+    let out = out.unwrap_or_else(|| root.join(IMAGE_ARCHIVE));
+    let tag = tag.unwrap_or_else(|| env!("CARGO_PKG_VERSION").to_string());
+    let size = crate::image::build(&bin, &root.join("target-guest/components"), &out, &tag)?;
+    println!(
+        "image: {}:{tag} in {} ({:.2} MB)",
+        crate::image::NAME,
+        out.display(),
+        size as f64 / 1e6
+    );
+    Ok(())
+}
+
+/// Where `image` and `test` leave the node image.
+const IMAGE_ARCHIVE: &str = "target/image/wasm-cni.oci.tar";
 
 /// Namespaces and files the demo made, removed on drop, also on failure.
 struct DemoEnv {
