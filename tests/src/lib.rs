@@ -856,6 +856,44 @@ pub fn tls_certs(dir: &Path) {
     }
 }
 
+/// A network as a runtime calls it once installed: the conflist's
+/// `wasm-cni` entry as stdin, the `wasm-cni` in `bin_dir`, run in the node
+/// namespace with `CNI_PATH` = `bin_dir`.
+pub struct Installed {
+    client: PathBuf,
+    node: String,
+    cni_path: String,
+    stdin: Vec<u8>,
+}
+
+impl Installed {
+    pub fn new(bin_dir: &Path, node: &Netns, conflist: &Path) -> Self {
+        let text = std::fs::read(conflist).expect("the conflist");
+        let conflist: Value = serde_json::from_slice(&text).expect("a JSON conflist");
+        let mut stdin = conflist["plugins"][0].clone();
+        stdin["name"] = conflist["name"].clone();
+        stdin["cniVersion"] = conflist["cniVersion"].clone();
+        Installed {
+            client: bin_dir.join("wasm-cni"),
+            node: node.name.clone(),
+            cni_path: bin_dir.display().to_string(),
+            stdin: serde_json::to_vec(&stdin).expect("JSON"),
+        }
+    }
+
+    /// `verb` for container `id` in the namespace at `netns`, ifname eth0.
+    pub fn call(&self, verb: &str, id: &str, netns: &str) -> Output {
+        let env = [
+            ("CNI_COMMAND", verb),
+            ("CNI_CONTAINERID", id),
+            ("CNI_NETNS", netns),
+            ("CNI_IFNAME", "eth0"),
+            ("CNI_PATH", self.cni_path.as_str()),
+        ];
+        run_program(&self.client, Some(&self.node), &[], &env, &self.stdin)
+    }
+}
+
 /// A stand-in for the API server (tests/fixtures/kube-apiserver.py; no
 /// kube-apiserver can be installed here): HTTPS on 127.0.0.1:6443 in `ns`,
 /// with a CA and a token of this test.

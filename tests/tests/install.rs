@@ -17,7 +17,7 @@ use std::process::Command;
 
 use serde_json::{json, Value};
 use wasm_cni_tests::{
-    is_root, plugin, run_program, tls_certs, wasm_cni_bin, KubeApi, Netns, TempDir,
+    is_root, plugin, tls_certs, wasm_cni_bin, Installed, KubeApi, Netns, TempDir,
 };
 
 /// The image's content: the engine (and the thin client when it was built
@@ -491,25 +491,10 @@ fn uninstall_keeps_pods_deletable() {
     let pod = Netns::new("inp");
     let (code, out, err) = run(&image.bin(), &node.install_args(&node.template()));
     assert_eq!(code, 0, "{out}\n{err}");
-    // What the runtime sends for the conflist's wasm-cni entry.
-    let conflist: Value = serde_json::from_slice(&fs::read(node.conflist()).unwrap()).unwrap();
-    let mut stdin = conflist["plugins"][0].clone();
-    stdin["name"] = conflist["name"].clone();
-    stdin["cniVersion"] = conflist["cniVersion"].clone();
-    let stdin = serde_json::to_vec(&stdin).unwrap();
+    let net = Installed::new(&node.bin_dir(), &host, &node.conflist());
     let installed = node.bin_dir().join("wasm-cni");
-    let bin_dir = node.bin_dir().display().to_string();
     let netns = pod.path();
-    let env = |verb| {
-        vec![
-            ("CNI_COMMAND", verb),
-            ("CNI_CONTAINERID", "pod1"),
-            ("CNI_NETNS", netns.as_str()),
-            ("CNI_IFNAME", "eth0"),
-            ("CNI_PATH", bin_dir.as_str()),
-        ]
-    };
-    let add = run_program(&installed, Some(&host.name), &[], &env("ADD"), &stdin);
+    let add = net.call("ADD", "pod1", &netns);
     assert_eq!(add.code, 0, "ADD: {}\n{}", add.stdout, add.stderr);
 
     let (code, out, err) = uninstall(&node, &image.bin(), &[]);
@@ -521,7 +506,7 @@ fn uninstall_keeps_pods_deletable() {
     );
     assert!(installed.is_file() && node.plugin_dir().join("bridge.wasm").is_file());
 
-    let del = run_program(&installed, Some(&host.name), &[], &env("DEL"), &stdin);
+    let del = net.call("DEL", "pod1", &netns);
     assert_eq!(
         del.code, 0,
         "DEL after uninstall: {}\n{}",
@@ -697,23 +682,10 @@ fn the_conflist_is_written_once_the_daemon_answers() {
     }
 
     // The runtime's calls, through the installed client and the daemon.
-    let mut stdin = written["plugins"][0].clone();
-    stdin["name"] = written["name"].clone();
-    stdin["cniVersion"] = written["cniVersion"].clone();
-    let stdin = serde_json::to_vec(&stdin).unwrap();
-    let installed = node.bin_dir().join("wasm-cni");
-    let bin_dir = node.bin_dir().display().to_string();
+    let net = Installed::new(&node.bin_dir(), &host, &node.conflist());
     let netns = pod.path();
-    let env = |verb| {
-        vec![
-            ("CNI_COMMAND", verb),
-            ("CNI_CONTAINERID", "ready1"),
-            ("CNI_NETNS", netns.as_str()),
-            ("CNI_IFNAME", "eth0"),
-            ("CNI_PATH", bin_dir.as_str()),
-        ]
-    };
-    let add = run_program(&installed, Some(&host.name), &[], &env("ADD"), &stdin);
+    let call = |verb: &str| net.call(verb, "ready1", &netns);
+    let add = call("ADD");
     assert_eq!(add.code, 0, "ADD: {}\n{}", add.stdout, add.stderr);
 
     // The daemon goes down: the conflist stays, STATUS is 50 at once.
@@ -722,11 +694,11 @@ fn the_conflist_is_written_once_the_daemon_answers() {
         .status();
     let _ = d.0.wait();
     assert!(node.conflist().exists());
-    let status = run_program(&installed, Some(&host.name), &[], &env("STATUS"), &stdin);
+    let status = call("STATUS");
     assert!(status.stdout.contains("\"code\": 50"), "{}", status.stdout);
     // Back up, with nothing pending: it serves DEL and writes nothing.
     d = daemon(&node.root.join("daemon2.log"));
-    let del = run_program(&installed, Some(&host.name), &[], &env("DEL"), &stdin);
+    let del = call("DEL");
     assert_eq!(del.code, 0, "DEL: {}\n{}", del.stdout, del.stderr);
     drop(d);
     let (code, out, err) = uninstall(&node, &image.bin(), &[]);

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::{json, Value};
-use wasm_cni_tests::{is_root, run_program, sh, workspace_root, KubeApi, Netns, TempDir};
+use wasm_cni_tests::{is_root, sh, workspace_root, Installed, KubeApi, Netns, TempDir};
 
 fn manifests() -> Vec<PathBuf> {
     let dir = workspace_root().join("host/deploy/kubernetes");
@@ -426,23 +426,8 @@ fn the_daemonset_installs_publishes_and_serves_pods_in_podman() {
     assert_eq!(subnet, "10.244.3.0/24", "the node's CIDR from the API");
 
     // The runtime's calls: two pods, which reach each other.
-    let mut stdin = written["plugins"][0].clone();
-    stdin["name"] = written["name"].clone();
-    stdin["cniVersion"] = written["cniVersion"].clone();
-    let stdin = serde_json::to_vec(&stdin).unwrap();
-    let client = bin_dir.join("wasm-cni");
-    let bin = bin_dir.display().to_string();
-    let call = |verb: &str, id: &str, pod: &Netns| {
-        let path = pod.path();
-        let env = [
-            ("CNI_COMMAND", verb),
-            ("CNI_CONTAINERID", id),
-            ("CNI_NETNS", path.as_str()),
-            ("CNI_IFNAME", "eth0"),
-            ("CNI_PATH", bin.as_str()),
-        ];
-        run_program(&client, Some(&node.name), &[], &env, &stdin)
-    };
+    let net = Installed::new(&bin_dir, &node, &conflist);
+    let call = |verb: &str, id: &str, pod: &Netns| net.call(verb, id, &pod.path());
     let mut ips = Vec::new();
     for (i, pod) in pods.iter().enumerate() {
         let out = call("ADD", &format!("pod{i}"), pod);
