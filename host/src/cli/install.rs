@@ -195,7 +195,7 @@ pub fn install(a: &InstallArgs) -> Result<i32, String> {
     let mut record = Record::load(&a.record)?.unwrap_or_default();
 
     // Everything is read and checked first.
-    let (conflist, conf) = render(a)?;
+    let (conflist, conf, daemon_mode) = render(a)?;
     let engine_path = std::env::current_exe().map_err(|e| format!("this binary: {e}"))?;
     let engine = read_source(&engine_path)?;
     let here = engine_path.parent().unwrap_or(Path::new("/"));
@@ -234,18 +234,12 @@ pub fn install(a: &InstallArgs) -> Result<i32, String> {
     }
     check_name(&a.conf_name)?;
     let conflist_path = a.conf_dir.join(&a.conf_name);
-    if a.defer_conflist {
-        let mode = serde_json::from_slice::<Value>(&conflist)
-            .ok()
-            .and_then(|v| super::plugin_stdin(&v, &Map::new()).ok())
-            .and_then(|v| v.get("daemon").and_then(Value::as_str).map(str::to_string));
-        if !matches!(mode.as_deref(), Some("prefer" | "require")) {
-            return Err(format!(
-                "--defer-conflist: the network does not use the daemon (\"daemon\" is {}), \
-                 so no daemon would ever write its conflist",
-                mode.map_or("not set".to_string(), |m| format!("{m:?}"))
-            ));
-        }
+    if a.defer_conflist && !matches!(daemon_mode.as_deref(), Some("prefer" | "require")) {
+        return Err(format!(
+            "--defer-conflist: the network does not use the daemon (\"daemon\" is {}), \
+             so no daemon would ever write its conflist",
+            daemon_mode.map_or("not set".to_string(), |m| format!("{m:?}"))
+        ));
     }
     plan.push(planned(
         conflist_path,
@@ -299,7 +293,7 @@ pub fn install(a: &InstallArgs) -> Result<i32, String> {
     Ok(0)
 }
 
-/// With `p` written: a conflist an earlier install wrote under another
+/// With `written` in place: a conflist an earlier install wrote under another
 /// name would keep its network configured, so it goes (binaries and
 /// components stay recorded, as DEL of pods it attached may need them).
 fn finish_conflist(
@@ -644,8 +638,9 @@ fn artifacts(cache: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// The conflist from the template, and the network config ADD would see.
-fn render(a: &InstallArgs) -> Result<(Vec<u8>, config::NetConf), String> {
+/// The conflist from the template, the network config ADD would see, and
+/// its `daemon` mode.
+fn render(a: &InstallArgs) -> Result<(Vec<u8>, config::NetConf, Option<String>), String> {
     let mut values = BTreeMap::new();
     for s in &a.set {
         let (k, v) = s
@@ -698,7 +693,11 @@ fn render(a: &InstallArgs) -> Result<(Vec<u8>, config::NetConf), String> {
     })?;
     let mut out = serde_json::to_vec_pretty(&template).map_err(|e| e.to_string())?;
     out.push(b'\n');
-    Ok((out, conf))
+    let daemon_mode = stdin
+        .get("daemon")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    Ok((out, conf, daemon_mode))
 }
 
 /// Replace `${NAME}` in every string of `v`; names without a value go to
