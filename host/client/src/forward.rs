@@ -5,7 +5,8 @@
 //!
 //! Once a request is sent the client never falls back to running the chain
 //! itself: the daemon may be doing it, and two runs of one ADD would race.
-//! A daemon that does not answer in time is "try again later" (11).
+//! A daemon that does not answer in time is "try again later" (11); one that
+//! went away mid-call (the connection closed unanswered) is tried once more.
 
 use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};
@@ -313,9 +314,34 @@ pub fn run(
         netns_fd: netns.is_some(),
         wait_ms: Some(u32::try_from(wait.as_millis()).unwrap_or(u32::MAX)),
     };
-    match exchange(stream, &request, netns, wait) {
+    let mut outcome = exchange(stream, &request, netns.as_ref(), wait);
+    // The daemon went away mid-call (killed, crashed, OOM): the connection
+    // closed with no answer, so no daemon is still running it, and what it
+    // did is on disk under the attachment's locks. One more try through the
+    // daemon (the restarted one) is then safe: DEL, CHECK, STATUS and GC can
+    // be repeated, and an ADD that may be half done is undone first, by a
+    // DEL of the same attachment, as a runtime does after a failed ADD.
+    // Once only: a request that took the daemon down twice is not sent again.
+    if let Err(Failure::Lost(why)) = &outcome {
+        log(
+            "warn",
+            &format!(
+                "the wasm-cni daemon at {} went away mid-call ({why}); trying once more",
+                peek.socket.display()
+            ),
+        );
+        outcome = once_more(
+            &peek.socket,
+            connect_wait,
+            command,
+            &request,
+            netns.as_ref(),
+            wait,
+        );
+    }
+    match outcome {
         Ok(r) => r,
-        Err(why) => reply(
+        Err(Failure::Lost(why) | Failure::Other(why)) => reply(
             log,
             ClientError::new(
                 code::TRY_AGAIN_LATER,
@@ -327,6 +353,55 @@ pub fn run(
             peek.cni_version.as_deref(),
         ),
     }
+}
+
+/// Why an exchange with the daemon gave no answer.
+#[derive(Debug)]
+enum Failure {
+    /// The connection closed before a whole answer: the daemon is gone.
+    Lost(String),
+    /// Anything else (a deadline, a message that is not the daemon's):
+    /// the daemon may still be at work, so nothing is sent again.
+    Other(String),
+}
+
+/// The retry after a lost connection: wait for the daemon as the first
+/// connect did, undo an interrupted ADD, then send `request` again.
+fn once_more(
+    socket: &std::path::Path,
+    connect_wait: Duration,
+    command: Option<&str>,
+    request: &Request,
+    netns: Option<&OwnedFd>,
+    wait: Duration,
+) -> Result<Response, Failure> {
+    let reconnect = || {
+        connect(socket, connect_wait)
+            .map_err(|e| Failure::Other(format!("it went away mid-call and is not back: {e}")))
+    };
+    if command == Some("ADD") {
+        let mut del = request.clone();
+        for (k, v) in &mut del.env {
+            if k == "CNI_COMMAND" {
+                *v = "DEL".into();
+            }
+        }
+        let undone = exchange(reconnect()?, &del, netns, wait).map_err(|f| match f {
+            Failure::Lost(w) | Failure::Other(w) => {
+                Failure::Other(format!("undoing the interrupted ADD: {w}"))
+            }
+        })?;
+        if undone.exit_code != 0 {
+            return Err(Failure::Other(format!(
+                "undoing the interrupted ADD: {}",
+                undone.stdout.trim()
+            )));
+        }
+    }
+    exchange(reconnect()?, request, netns, wait).map_err(|f| match f {
+        Failure::Lost(w) => Failure::Other(format!("it went away again: {w}")),
+        other => other,
+    })
 }
 
 /// Connect to the daemon, retrying for up to `wait` while nothing listens
@@ -406,26 +481,35 @@ fn send(stream: &mut UnixStream, bytes: &[u8], fd: Option<&OwnedFd>) -> std::io:
 fn exchange(
     mut stream: UnixStream,
     request: &Request,
-    netns: Option<OwnedFd>,
+    netns: Option<&OwnedFd>,
     wait: Duration,
-) -> Result<Response, String> {
+) -> Result<Response, Failure> {
+    use std::io::ErrorKind;
+    let gone = |e: &std::io::Error| {
+        matches!(
+            e.kind(),
+            ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset | ErrorKind::BrokenPipe
+        )
+    };
     stream
         .set_write_timeout(Some(wait))
         .and_then(|()| stream.set_read_timeout(Some(wait)))
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| Failure::Other(e.to_string()))?;
     // A daemon that refuses this client answers before reading it all:
     // the answer, if there is one, says more than the broken pipe.
-    let sent = send(&mut stream, &request.encode(), netns.as_ref());
-    drop(netns);
+    let sent = send(&mut stream, &request.encode(), netns);
     // Tell the daemon the request is complete; the answer still comes back.
     let _ = stream.shutdown(std::net::Shutdown::Write);
     match (Response::read(&mut stream), sent) {
         (Ok(r), _) => Ok(r),
-        (Err(_), Err(e)) => Err(format!("sending the request: {e}")),
-        (Err(e), Ok(())) if e.is_timeout() => {
-            Err(format!("no answer within {} ms", wait.as_millis()))
-        }
-        (Err(e), Ok(())) => Err(e.to_string()),
+        (Err(_), Err(e)) if gone(&e) => Err(Failure::Lost(format!("sending the request: {e}"))),
+        (Err(_), Err(e)) => Err(Failure::Other(format!("sending the request: {e}"))),
+        (Err(e), Ok(())) if e.is_timeout() => Err(Failure::Other(format!(
+            "no answer within {} ms",
+            wait.as_millis()
+        ))),
+        (Err(wire::WireError::Io(e)), Ok(())) if gone(&e) => Err(Failure::Lost(e.to_string())),
+        (Err(e), Ok(())) => Err(Failure::Other(e.to_string())),
     }
 }
 
@@ -609,6 +693,113 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(out.stdout, "from the daemon");
         assert!(started.elapsed() >= Duration::from_millis(400));
+    }
+
+    /// A daemon killed mid-call: the connection closes unanswered. The
+    /// client waits for the restarted daemon and sends the call once more;
+    /// an ADD is undone first (DEL of the same attachment). A daemon that
+    /// goes away twice gets no third request, and one that answers
+    /// something else is not sent the call again.
+    #[test]
+    fn a_daemon_that_dies_mid_call_gets_it_once_more() {
+        use std::os::unix::net::UnixListener;
+        let dir = std::env::temp_dir().join(format!("wasm-cni-lost-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // Serve `plan` connections in order: `true` answers, `false` reads
+        // the request and closes (a daemon killed mid-call). Returns the
+        // CNI_COMMAND of every request it saw.
+        let serve = |name: &str, plan: Vec<bool>| {
+            let socket = dir.join(name);
+            let _ = std::fs::remove_file(&socket);
+            let listener = UnixListener::bind(&socket).unwrap();
+            listener.set_nonblocking(true).unwrap();
+            let server = std::thread::spawn(move || {
+                let mut seen = Vec::new();
+                for answer in plan {
+                    // A client that does not come back ends the plan (and
+                    // fails the test) instead of hanging it.
+                    let started = std::time::Instant::now();
+                    let mut s = loop {
+                        match listener.accept() {
+                            Ok((s, _)) => break s,
+                            Err(_) if started.elapsed() < Duration::from_secs(10) => {
+                                std::thread::sleep(Duration::from_millis(10))
+                            }
+                            Err(_) => return seen,
+                        }
+                    };
+                    s.set_nonblocking(false).unwrap();
+                    let req = Request::read(&mut s).unwrap();
+                    let cmd = req.env.iter().find(|(k, _)| k == "CNI_COMMAND").unwrap();
+                    seen.push(cmd.1.clone());
+                    if answer {
+                        let r = Response {
+                            exit_code: 0,
+                            stdout: format!("{} done", cmd.1),
+                            stderr: String::new(),
+                        };
+                        s.write_all(&r.encode()).unwrap();
+                    }
+                }
+                seen
+            });
+            (socket, server)
+        };
+        let call = |socket: &std::path::Path, cmd: &str| {
+            let stdin = format!(
+                r#"{{"cniVersion":"1.0.0","daemon":"require","daemonSocket":"{}","chain":[{{"type":"a"}}]}}"#,
+                socket.display()
+            );
+            run(
+                vec![("CNI_COMMAND".into(), cmd.into())],
+                stdin.into_bytes(),
+                |_, _, _| unreachable!("require never runs locally"),
+                &|_, _| {},
+            )
+        };
+
+        let (socket, server) = serve("add.sock", vec![false, true, true]);
+        let out = call(&socket, "ADD");
+        assert_eq!(server.join().unwrap(), ["ADD", "DEL", "ADD"]);
+        assert_eq!(out.stdout, "ADD done");
+
+        let (socket, server) = serve("del.sock", vec![false, true]);
+        let out = call(&socket, "DEL");
+        assert_eq!(server.join().unwrap(), ["DEL", "DEL"]);
+        assert_eq!(out.stdout, "DEL done");
+
+        let (socket, server) = serve("twice.sock", vec![false, false]);
+        let out = call(&socket, "CHECK");
+        assert_eq!(server.join().unwrap(), ["CHECK", "CHECK"]);
+        assert!(out.stdout.contains("\"code\": 11"), "{}", out.stdout);
+        assert!(out.stdout.contains("went away again"), "{}", out.stdout);
+
+        // An answer that is not the daemon's is not a lost connection: the
+        // daemon may still be at work, so the request is not sent again.
+        let socket = dir.join("garbled.sock");
+        let _ = std::fs::remove_file(&socket);
+        let listener = UnixListener::bind(&socket).unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let _ = Request::read(&mut s).unwrap();
+            s.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n").unwrap();
+            drop(s);
+            listener.set_nonblocking(true).unwrap();
+            std::thread::sleep(Duration::from_millis(300));
+            listener.accept().is_ok()
+        });
+        let out = call(&socket, "ADD");
+        let again = server.join().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            out.stdout.contains("not a wasm-cni message"),
+            "{}",
+            out.stdout
+        );
+        assert!(
+            !again,
+            "sent again after an answer that was not the daemon's"
+        );
     }
 
     #[test]
