@@ -477,9 +477,10 @@ fn uninstall_leaves_a_file_changed_since() {
     assert!(!node.record().exists());
 }
 
-/// A pod attached before uninstall stays deletable: uninstall removes the
-/// conflist (no new pods) but keeps what DEL needs until the last
-/// attachment is gone; then a second uninstall removes the rest.
+/// A pod attached before uninstall stays deletable: while an attachment
+/// remains, uninstall refuses and removes nothing (containerd deletes a pod
+/// with the conflist it has loaded: tests/tests/kubernetes.rs shows it);
+/// once the pod is gone, or with --force, uninstall removes everything.
 #[test]
 fn uninstall_keeps_pods_deletable() {
     if !is_root("uninstall_keeps_pods_deletable") {
@@ -496,24 +497,31 @@ fn uninstall_keeps_pods_deletable() {
     let netns = pod.path();
     let add = net.call("ADD", "pod1", &netns);
     assert_eq!(add.code, 0, "ADD: {}\n{}", add.stdout, add.stderr);
+    let conflist = fs::read(node.conflist()).unwrap();
+    let record = fs::read(node.record()).unwrap();
 
     let (code, out, err) = uninstall(&node, &image.bin(), &[]);
-    assert_eq!(code, 0, "{out}\n{err}");
-    assert!(out.contains("1 attachment(s)"), "{out}");
+    assert_eq!(code, 1, "{out}\n{err}");
     assert!(
-        !node.conflist().exists(),
-        "the conflist stays after uninstall"
+        err.contains("1 attachment(s)") && err.contains("pod1") && err.contains("--force"),
+        "{err}"
     );
+    assert_eq!(fs::read(node.conflist()).unwrap(), conflist);
+    assert_eq!(fs::read(node.record()).unwrap(), record);
     assert!(installed.is_file() && node.plugin_dir().join("bridge.wasm").is_file());
 
     let del = net.call("DEL", "pod1", &netns);
     assert_eq!(
         del.code, 0,
-        "DEL after uninstall: {}\n{}",
+        "DEL after the refused uninstall: {}\n{}",
         del.stdout, del.stderr
     );
-    let (code, out, err) = uninstall(&node, &image.bin(), &[]);
+    // --force goes through an attachment (and says what it strands).
+    let add = net.call("ADD", "pod2", &netns);
+    assert_eq!(add.code, 0, "ADD: {}\n{}", add.stdout, add.stderr);
+    let (code, out, err) = uninstall(&node, &image.bin(), &["--force"]);
     assert_eq!(code, 0, "{out}\n{err}");
+    assert!(err.contains("pod2"), "{err}");
     assert!(!installed.exists() && !node.plugin_dir().join("bridge.wasm").exists());
     assert!(!node.record().exists());
     assert!(

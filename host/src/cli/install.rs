@@ -19,9 +19,10 @@
 //!   their precompiled artifacts: the runtime reports the network ready as
 //!   soon as a conflist exists. It is 0600 (CIS 1.1.9/1.1.10) and named to
 //!   sort first in the conf dir.
-//! - Uninstall removes the conflist first; while attachments remain it keeps
-//!   what DEL needs (binaries, components), so pods created before stay
-//!   deletable, unless `--force`.
+//! - Uninstall removes nothing while attachments of the network remain
+//!   (unless `--force`): the runtime deletes a pod with the conflist it has
+//!   loaded, and the binaries and components it names. Then the conflist
+//!   goes first, so no ADD starts against a half-removed network.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
@@ -90,8 +91,8 @@ pub struct UninstallArgs {
     /// What install recorded.
     #[arg(long, value_name = "FILE", default_value = DEFAULT_RECORD)]
     record: PathBuf,
-    /// Remove the binaries and components even while attachments remain
-    /// (their DEL will then fail, and their pods cannot be deleted).
+    /// Remove everything even while attachments remain (their pods then
+    /// cannot be deleted through the runtime).
     #[arg(long)]
     force: bool,
 }
@@ -373,6 +374,53 @@ pub fn uninstall(a: &UninstallArgs) -> Result<i32, String> {
         );
         return Ok(0);
     };
+    // Attachments before anything is removed: containerd tears a pod's
+    // network down with the conflist it has loaded now, so a pod whose
+    // network's conflist is gone can never be stopped ("cni plugin not
+    // initialized"). While any remain, nothing changes. Unknown counts as
+    // some.
+    let remaining = match DiskRecords::new(&record.state_dir).list(&record.network) {
+        Ok(list) => list,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) if a.force => {
+            eprintln!(
+                "wasm-cni: --force: {}: cannot tell whether attachments remain: {e}",
+                record.state_dir.display()
+            );
+            Vec::new()
+        }
+        Err(e) => {
+            return Err(format!(
+                "{}: cannot tell whether attachments remain: {e}",
+                record.state_dir.display()
+            ))
+        }
+    };
+    if !remaining.is_empty() {
+        let mut ids: Vec<&str> = remaining.iter().map(|r| r.container_id.as_str()).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let more = match ids.len().saturating_sub(5) {
+            0 => String::new(),
+            n => format!(" and {n} more"),
+        };
+        let which = format!(
+            "{} attachment(s) of network {:?} remain (containers {}{more})",
+            remaining.len(),
+            record.network,
+            ids[..ids.len().min(5)].join(", ")
+        );
+        if !a.force {
+            return Err(format!(
+                "nothing removed: {which}, and the runtime deletes their pods with this \
+                 conflist and these binaries. Delete the pods first (kubectl drain), then run \
+                 uninstall again; --force removes everything and leaves those pods undeletable."
+            ));
+        }
+        eprintln!(
+            "wasm-cni: --force: {which}; their pods cannot be deleted through the runtime now"
+        );
+    }
     // The conflist first: the runtime stops sending ADDs for this network
     // (and a daemon still running publishes nothing now).
     record.pending = None;
@@ -384,27 +432,6 @@ pub fn uninstall(a: &UninstallArgs) -> Result<i32, String> {
         .collect();
     for path in conflists {
         remove_ours(&path, &mut record)?;
-    }
-    // Unknown counts as some: binaries are only removed when DEL cannot
-    // need them any more.
-    let remaining = match DiskRecords::new(&record.state_dir).list(&record.network) {
-        Ok(list) => list.len(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
-        Err(e) => {
-            return Err(format!(
-                "{}: cannot tell whether attachments remain: {e}",
-                record.state_dir.display()
-            ))
-        }
-    };
-    if remaining > 0 && !a.force {
-        record.save(&a.record)?;
-        println!(
-            "kept the binaries and components: {remaining} attachment(s) of network {:?} remain, \
-             and their DEL needs them. Run uninstall again once the pods are gone (or with --force).",
-            record.network
-        );
-        return Ok(0);
     }
     let paths: Vec<PathBuf> = record.files.keys().cloned().collect();
     for path in paths {
