@@ -857,7 +857,8 @@ pub fn tls_certs(dir: &Path) {
 }
 
 /// A network as a runtime calls it once installed: the conflist's
-/// `wasm-cni` entry as stdin, the `wasm-cni` in `bin_dir`, run in the node
+/// `wasm-cni` entry as stdin (with `cniVersions`, from which the plugin
+/// picks as libcni 1.2 would), the `wasm-cni` in `bin_dir`, run in the node
 /// namespace with `CNI_PATH` = `bin_dir`.
 pub struct Installed {
     client: PathBuf,
@@ -871,8 +872,11 @@ impl Installed {
         let text = std::fs::read(conflist).expect("the conflist");
         let conflist: Value = serde_json::from_slice(&text).expect("a JSON conflist");
         let mut stdin = conflist["plugins"][0].clone();
-        stdin["name"] = conflist["name"].clone();
-        stdin["cniVersion"] = conflist["cniVersion"].clone();
+        for key in ["name", "cniVersion", "cniVersions"] {
+            if let Some(v) = conflist.get(key) {
+                stdin[key] = v.clone();
+            }
+        }
         Installed {
             client: bin_dir.join("wasm-cni"),
             node: node.name.clone(),
