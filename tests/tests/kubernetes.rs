@@ -7,14 +7,18 @@
 //! pod spec says (args, env, mounts, security context), in a namespace
 //! standing in for the node, with the node's directories under a temporary
 //! root and the API server played by tests/fixtures/kube-apiserver.py. The
-//! test itself plays the container runtime: it calls the installed
-//! `wasm-cni` with the conflist the daemon published.
+//! container runtime is the kubelet's: containerd 1.6's CRI, driven by a
+//! CRI client of our own (host/cri), on that node.
 
 use std::fs;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use wasm_cni_cri::{pause_image, Containerd, Cri};
 use wasm_cni_tests::{is_root, sh, workspace_root, Installed, KubeApi, Netns, TempDir};
 
 fn manifests() -> Vec<PathBuf> {
@@ -290,174 +294,480 @@ impl Drop for Podman {
     }
 }
 
-#[test]
-fn the_daemonset_installs_publishes_and_serves_pods_in_podman() {
-    if !is_root("the_daemonset_installs_publishes_and_serves_pods_in_podman") {
-        return;
-    }
-    let archive = std::env::var("WASM_CNI_IMAGE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| workspace_root().join("target/image/wasm-cni.oci.tar"));
-    assert!(
-        archive.is_file(),
-        "{}: no node image (cargo xtask image, or cargo xtask test, builds it)",
-        archive.display()
-    );
-    let mut pm = Podman::new();
-    let (ok, out) = pm.run(&[
-        "load".into(),
-        "-q".into(),
-        "-i".into(),
-        archive.display().to_string(),
-    ]);
-    assert!(ok, "{out}");
-    let tag = out
-        .lines()
-        .find_map(|l| l.strip_prefix("Loaded image: "))
-        .or_else(|| {
-            out.lines()
-                .find_map(|l| l.strip_prefix("Loaded image(s): "))
-        })
-        .unwrap_or_else(|| panic!("{out}"))
-        .trim()
-        .to_string();
+/// A node as the DaemonSet sees it: its pod spec and the image in a podman
+/// of the test's own, the node's directories under a temporary root, the
+/// stand-in API server, and a namespace standing in for the node's network.
+struct Node {
+    pm: Podman,
+    image: String,
+    spec: Value,
+    root: TempDir,
+    ns: Netns,
+    api: KubeApi,
+    configmaps: PathBuf,
+    sa: PathBuf,
+}
 
-    let docs = documents();
-    let ds = find(&docs, "DaemonSet");
-    let spec = ds["spec"]["template"]["spec"].clone();
-    assert_eq!(spec["hostNetwork"], true);
-    let root = TempDir::new("k8s-node");
-    let node = Netns::new("k8sn");
-    let pods = [Netns::new("k8sa"), Netns::new("k8sb")];
-    let api = KubeApi::start(&node);
-    let configmaps = root.join("configmap");
-    fs::create_dir_all(&configmaps).unwrap();
-    let template = find(&docs, "ConfigMap")["data"]["template.json"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    fs::write(
-        configmaps.join("template.json"),
-        rehome(&template, &spec, root.path()),
-    )
-    .unwrap();
-    // The service account, as the kubelet projects it.
-    let sa = root.join("serviceaccount");
-    fs::create_dir_all(&sa).unwrap();
-    fs::copy(api.dir.join("token"), sa.join("token")).unwrap();
-    fs::copy(api.dir.join("ca.pem"), sa.join("ca.crt")).unwrap();
-    let env = vec![
-        ("NODE_NAME".to_string(), "node-a".to_string()),
-        (
-            "KUBERNETES_SERVICE_HOST".to_string(),
-            "127.0.0.1".to_string(),
-        ),
-        ("KUBERNETES_SERVICE_PORT".to_string(), "6443".to_string()),
-    ];
-    let netns = format!("--network=ns:/run/netns/{}", node.name);
-    let sa_mount = format!(
-        "--volume={}:/var/run/secrets/kubernetes.io/serviceaccount:ro",
-        sa.display()
-    );
-    let args_of = |c: &Value| -> Vec<String> {
-        c["args"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|a| {
-                rehome(a.as_str().unwrap(), &spec, root.path()).replace("$(NODE_NAME)", "node-a")
-            })
-            .collect()
-    };
-
-    // The init container: everything but the conflist.
-    let init = &spec["initContainers"][0];
-    let mut run = vec![
-        "run".to_string(),
-        "--rm".into(),
-        netns.clone(),
-        sa_mount.clone(),
-    ];
-    run.extend(podman_args(init, &spec, root.path(), &configmaps, &env));
-    run.push(tag.clone());
-    run.extend(args_of(init));
-    let (ok, out) = pm.run(&run);
-    assert!(ok, "install: {out}");
-    assert!(out.contains("pending"), "{out}");
-    assert!(
-        api.requests().contains("/api/v1/nodes/node-a token"),
-        "{}",
-        api.requests()
-    );
-    let conf_dir = under(root.path(), "/etc/cni/net.d");
-    let conflist = conf_dir.join("00-wasm-cni.conflist");
-    assert!(!conflist.exists(), "the conflist before the daemon");
-    let bin_dir = under(root.path(), "/opt/cni/bin");
-    for b in ["wasm-cni", "wasm-cni-engine"] {
-        assert!(bin_dir.join(b).is_file(), "{b}: {out}");
-    }
-
-    // The daemon container: it publishes the conflist once it answers.
-    let daemon = &spec["containers"][0];
-    let name = format!("wasm-cni-ds-{}", std::process::id());
-    pm.containers.push(name.clone());
-    let mut run = vec![
-        "run".to_string(),
-        "-d".into(),
-        format!("--name={name}"),
-        netns.clone(),
-    ];
-    run.extend(podman_args(daemon, &spec, root.path(), &configmaps, &env));
-    run.push(tag.clone());
-    run.extend(args_of(daemon));
-    let (ok, out) = pm.run(&run);
-    assert!(ok, "daemon: {out}");
-    let started = std::time::Instant::now();
-    while !conflist.exists() {
-        let (_, logs) = pm.run(&["logs".into(), name.clone()]);
+impl Node {
+    fn new(tag: &str) -> Node {
+        let archive = std::env::var("WASM_CNI_IMAGE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| workspace_root().join("target/image/wasm-cni.oci.tar"));
         assert!(
-            started.elapsed() < std::time::Duration::from_secs(30),
-            "no conflist: {logs}"
+            archive.is_file(),
+            "{}: no node image (cargo xtask image, or cargo xtask test, builds it)",
+            archive.display()
         );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    let written: Value = serde_json::from_slice(&fs::read(&conflist).unwrap()).unwrap();
-    let subnet = &written["plugins"][0]["chain"][0]["ipam"]["ranges"][0][0]["subnet"];
-    assert_eq!(subnet, "10.244.3.0/24", "the node's CIDR from the API");
-
-    // The runtime's calls: two pods, which reach each other.
-    let net = Installed::new(&bin_dir, &node, &conflist);
-    let call = |verb: &str, id: &str, pod: &Netns| net.call(verb, id, &pod.path());
-    let mut ips = Vec::new();
-    for (i, pod) in pods.iter().enumerate() {
-        let out = call("ADD", &format!("pod{i}"), pod);
-        assert_eq!(out.code, 0, "ADD: {}\n{}", out.stdout, out.stderr);
-        let ip = out.json()["ips"][0]["address"]
+        let pm = Podman::new();
+        let (ok, out) = pm.run(&[
+            "load".into(),
+            "-q".into(),
+            "-i".into(),
+            archive.display().to_string(),
+        ]);
+        assert!(ok, "{out}");
+        let image = out
+            .lines()
+            .find_map(|l| l.strip_prefix("Loaded image: "))
+            .or_else(|| {
+                out.lines()
+                    .find_map(|l| l.strip_prefix("Loaded image(s): "))
+            })
+            .unwrap_or_else(|| panic!("{out}"))
+            .trim()
+            .to_string();
+        let docs = documents();
+        let spec = find(&docs, "DaemonSet")["spec"]["template"]["spec"].clone();
+        assert_eq!(spec["hostNetwork"], true);
+        let root = TempDir::new(&format!("{tag}-node"));
+        let ns = Netns::new(tag);
+        let api = KubeApi::start(&ns);
+        let configmaps = root.join("configmap");
+        fs::create_dir_all(&configmaps).unwrap();
+        let template = find(&docs, "ConfigMap")["data"]["template.json"]
             .as_str()
             .unwrap()
             .to_string();
-        ips.push(ip.split('/').next().unwrap().to_string());
+        fs::write(
+            configmaps.join("template.json"),
+            rehome(&template, &spec, root.path()),
+        )
+        .unwrap();
+        // The service account, as the kubelet projects it.
+        let sa = root.join("serviceaccount");
+        fs::create_dir_all(&sa).unwrap();
+        fs::copy(api.dir.join("token"), sa.join("token")).unwrap();
+        fs::copy(api.dir.join("ca.pem"), sa.join("ca.crt")).unwrap();
+        Node {
+            pm,
+            image,
+            spec,
+            root,
+            ns,
+            api,
+            configmaps,
+            sa,
+        }
     }
+
+    fn dir(&self, node_path: &str) -> PathBuf {
+        under(self.root.path(), node_path)
+    }
+
+    fn conflist(&self) -> PathBuf {
+        self.dir("/etc/cni/net.d").join("00-wasm-cni.conflist")
+    }
+
+    /// `podman run` of container `c` of the pod spec from `image`, with
+    /// `args` (rehomed) instead of the spec's when given.
+    fn podman_run(
+        &self,
+        c: &Value,
+        image: &str,
+        detach: Option<&str>,
+        args: &[String],
+    ) -> (bool, String) {
+        let env = vec![
+            ("NODE_NAME".to_string(), "node-a".to_string()),
+            (
+                "KUBERNETES_SERVICE_HOST".to_string(),
+                "127.0.0.1".to_string(),
+            ),
+            ("KUBERNETES_SERVICE_PORT".to_string(), "6443".to_string()),
+        ];
+        let mut run = vec!["run".to_string()];
+        match detach {
+            Some(name) => run.extend(["-d".to_string(), format!("--name={name}")]),
+            None => run.push("--rm".into()),
+        }
+        run.push(format!("--network=ns:/run/netns/{}", self.ns.name));
+        run.push(format!(
+            "--volume={}:/var/run/secrets/kubernetes.io/serviceaccount:ro",
+            self.sa.display()
+        ));
+        run.extend(podman_args(
+            c,
+            &self.spec,
+            self.root.path(),
+            &self.configmaps,
+            &env,
+        ));
+        run.push(image.to_string());
+        let spec_args: Vec<String> = c["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_string())
+            .collect();
+        for a in if args.is_empty() {
+            &spec_args[..]
+        } else {
+            args
+        } {
+            run.push(rehome(a, &self.spec, self.root.path()).replace("$(NODE_NAME)", "node-a"));
+        }
+        self.pm.run(&run)
+    }
+
+    /// The init container, from `image`.
+    fn install(&self, image: &str) -> String {
+        let (ok, out) = self.podman_run(&self.spec["initContainers"][0], image, None, &[]);
+        assert!(ok, "install: {out}");
+        out
+    }
+
+    /// `wasm-cni uninstall` from `image`, as an operator runs it on the
+    /// node: the installer's container, which also reads the network's
+    /// state dir to see whether attachments remain.
+    fn uninstall(&self, image: &str) -> (bool, String) {
+        let mut c = self.spec["initContainers"][0].clone();
+        c["volumeMounts"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "run", "mountPath": "/run/wasm-cni", "readOnly": true}));
+        let args = ["uninstall", "--record=/var/lib/wasm-cni/install.json"].map(String::from);
+        self.podman_run(&c, image, None, &args)
+    }
+
+    /// The daemon container, from `image`, named `name`; returns once it
+    /// has published the conflist.
+    fn start_daemon(&mut self, image: &str, name: &str) {
+        self.pm.containers.push(name.to_string());
+        let (ok, out) = self.podman_run(&self.spec["containers"][0], image, Some(name), &[]);
+        assert!(ok, "daemon: {out}");
+    }
+
+    fn wait_conflist(&self, daemon: &str) {
+        let started = std::time::Instant::now();
+        while !self.conflist().exists() {
+            let (_, logs) = self.pm.run(&["logs".into(), daemon.into()]);
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "no conflist: {logs}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn podman(&self, args: &[&str]) -> String {
+        let (ok, out) = self
+            .pm
+            .run(&args.iter().map(|a| a.to_string()).collect::<Vec<_>>());
+        assert!(ok, "podman {}: {out}", args.join(" "));
+        out
+    }
+
+    /// The same image with binaries of another digest: a different build
+    /// as far as the installer can tell (bytes after an ELF's end are never
+    /// loaded), built with `podman build` from the loaded image.
+    fn another_build(&self, tag: &str) -> String {
+        let ctx = self.root.join("another-build");
+        fs::create_dir_all(&ctx).unwrap();
+        let tmp = format!("{tag}-extract");
+        self.podman(&["create", "--name", &tmp, &self.image, "version"]);
+        for b in ["wasm-cni", "wasm-cni-client"] {
+            let to = ctx.join(b);
+            self.podman(&[
+                "cp",
+                &format!("{tmp}:/opt/wasm-cni/{b}"),
+                to.to_str().unwrap(),
+            ]);
+            let mut bytes = fs::read(&to).unwrap();
+            bytes.extend_from_slice(b"another build");
+            fs::write(&to, bytes).unwrap();
+        }
+        self.podman(&["rm", &tmp]);
+        fs::write(
+            ctx.join("Containerfile"),
+            format!(
+                "FROM {}\nCOPY wasm-cni wasm-cni-client /opt/wasm-cni/\n",
+                self.image
+            ),
+        )
+        .unwrap();
+        let name = format!("localhost/wasm-cni:{tag}");
+        self.podman(&["build", "-q", "-t", &name, ctx.to_str().unwrap()]);
+        name
+    }
+}
+
+fn sha256(p: &Path) -> String {
+    let out = sh(&["sha256sum", p.to_str().unwrap()]);
+    out.split_whitespace().next().unwrap().to_string()
+}
+
+fn ping(cri: &Cri, from: &str, to_ip: &str) -> bool {
+    let pid = cri.pod_pid(from).unwrap();
+    Command::new("nsenter")
+        .args([
+            "-t",
+            &pid.to_string(),
+            "-n",
+            "ping",
+            "-c",
+            "1",
+            "-W",
+            "2",
+            to_ip,
+        ])
+        .output()
+        .unwrap()
+        .status
+        .success()
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// The kubelet's path, for real: containerd 1.6's CRI (through a CRI
+/// client of our own) on a node whose CNI is installed and served by the
+/// DaemonSet's containers, run by podman from the image. The node is not
+/// ready until the daemon answers; pods start, reach each other and go
+/// without a trace; an upgrade (new build, daemon stopped with SIGTERM,
+/// later killed with SIGKILL) fails no CRI call of a loop running through
+/// it; and a pod still running at uninstall is stopped and removed through
+/// the CRI afterwards.
+#[test]
+fn containerd_runs_pods_on_the_daemonset_through_an_upgrade_and_uninstall() {
+    let test = "containerd_runs_pods_on_the_daemonset_through_an_upgrade_and_uninstall";
+    if !is_root(test) {
+        return;
+    }
+    let mut node = Node::new("k8sc");
+    let conf_dir = node.dir("/etc/cni/net.d");
+    let bin_dir = node.dir("/opt/cni/bin");
+    fs::create_dir_all(&conf_dir).unwrap();
+    fs::create_dir_all(&bin_dir).unwrap();
+    // Someone else's files: byte-identical throughout, and the conf dir
+    // never recreated. containerd ignores the extension in the conf dir; it
+    // runs `loopback` from the bin dir for every pod, which the node has as
+    // every kubeadm node does (kubernetes-cni: the reference plugins).
+    fs::write(conf_dir.join("README.disabled"), "not ours\n").unwrap();
+    fs::copy("/usr/lib/cni/loopback", bin_dir.join("loopback")).unwrap();
+    let loopback = sha256(&bin_dir.join("loopback"));
+    let conf_ino = fs::metadata(&conf_dir).unwrap().ino();
+    let ctd_dir = TempDir::new("k8sc-containerd");
+    let pause = pause_image(ctd_dir.path()).unwrap();
+    let ctd = Containerd::start(
+        &node.ns.name,
+        &ctd_dir.join("c"),
+        &bin_dir,
+        &conf_dir,
+        &pause,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let ctd_pid = ctd.pid();
+    let cri = ctd.cri().unwrap();
+    let ready = || cri.network_ready().unwrap();
+    assert!(!ready().0, "NetworkReady before install: {}", ready().1);
+
+    // The init container installs everything but the conflist: not ready.
+    let image = node.image.clone();
+    let out = node.install(&image);
+    assert!(out.contains("pending"), "{out}");
+    assert!(!node.conflist().exists());
+    assert!(!ready().0, "NetworkReady before the daemon");
+    assert!(node.api.requests().contains("/api/v1/nodes/node-a token"));
+    // The daemon publishes it; containerd picks it up without a restart.
+    node.start_daemon(&image, "wasm-cni-ds-a");
+    node.wait_conflist("wasm-cni-ds-a");
+    let started = Instant::now();
+    while !ready().0 {
+        assert!(started.elapsed() < Duration::from_secs(20), "{}", ready().1);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(ctd.pid(), ctd_pid);
+    let meta = fs::metadata(node.conflist()).unwrap();
+    assert_eq!((meta.mode() & 0o777, meta.uid()), (0o600, 0));
+    for b in ["wasm-cni", "wasm-cni-engine"] {
+        let meta = fs::metadata(bin_dir.join(b)).unwrap();
+        assert_eq!((meta.mode() & 0o777, meta.uid()), (0o755, 0), "{b}");
+    }
+
+    // Two pods through the CRI: addresses from the node's CIDR, and they
+    // reach each other.
+    let a = cri
+        .run_pod("pod-a")
+        .unwrap_or_else(|e| panic!("{e}\n{}", ctd.log()));
+    let b = cri.run_pod("pod-b").unwrap();
+    let (ip_a, ip_b) = (cri.pod_ip(&a).unwrap(), cri.pod_ip(&b).unwrap());
     assert!(
-        pods[0].try_exec(&["ping", "-c", "1", "-W", "2", &ips[1]]),
-        "pod0 cannot reach pod1 at {}",
-        ips[1]
+        ip_a.starts_with("10.244.3.") && ip_b.starts_with("10.244.3."),
+        "{ip_a} {ip_b}"
     );
-    // The daemon stops (an upgrade, a crash): the conflist stays, STATUS
-    // says 50, and DEL works again once it is back.
-    let (ok, out) = pm.run(&["stop".into(), "-t".into(), "10".into(), name.clone()]);
-    assert!(ok, "{out}");
-    assert!(conflist.exists());
-    let out = call("STATUS", "", &pods[0]);
-    assert!(out.stdout.contains("\"code\": 50"), "{}", out.stdout);
-    let (ok, out) = pm.run(&["start".into(), name.clone()]);
-    assert!(ok, "{out}");
-    for (i, pod) in pods.iter().enumerate() {
-        let out = call("DEL", &format!("pod{i}"), pod);
-        assert_eq!(out.code, 0, "DEL: {}\n{}", out.stdout, out.stderr);
-        assert!(pod.link("eth0").is_none());
+    assert!(ping(&cri, &a, &ip_b), "pod-a cannot reach pod-b at {ip_b}");
+    assert!(ping(&cri, &b, &ip_a), "pod-b cannot reach pod-a at {ip_a}");
+    for id in [&a, &b] {
+        cri.stop_pod(id).unwrap();
+        cri.remove_pod(id).unwrap();
     }
-    let veths = node.exec(&["ip", "-o", "link", "show", "type", "veth"]);
-    assert!(veths.trim().is_empty(), "{veths}");
-    drop(pm);
+    assert!(cri.list_pods().unwrap().is_empty());
+    let veths = node.ns.exec(&["ip", "-o", "link", "show", "type", "veth"]);
+    assert!(veths.trim().is_empty(), "left behind: {veths}");
+
+    // An upgrade while the kubelet starts and stops pods: the DaemonSet's
+    // pod is replaced (SIGTERM), the new init container installs another
+    // build, the new daemon starts; later it is killed (SIGKILL) and
+    // restarted in place. No CRI call may fail.
+    let v2 = node.another_build("upgrade");
+    let client_before = sha256(&bin_dir.join("wasm-cni"));
+    let stop = AtomicBool::new(false);
+    let upgrading = AtomicBool::new(false);
+    let rest_cycles = AtomicUsize::new(0);
+    let (mut rest, mut during, mut failures) = (Vec::new(), Vec::new(), Vec::new());
+    std::thread::scope(|s| {
+        let load = s.spawn(|| {
+            let (mut rest, mut during, mut failures) = (Vec::new(), Vec::new(), Vec::new());
+            let mut i = 0;
+            while !stop.load(Ordering::SeqCst) {
+                i += 1;
+                let phase = upgrading.load(Ordering::SeqCst);
+                let t = Instant::now();
+                let cycle = cri.run_pod(&format!("load-{i}")).and_then(|id| {
+                    let ran = t.elapsed();
+                    cri.stop_pod(&id)?;
+                    cri.remove_pod(&id)?;
+                    Ok((ran, t.elapsed()))
+                });
+                // A cycle the upgrade began during counts as during it.
+                let phase = phase || upgrading.load(Ordering::SeqCst);
+                match cycle {
+                    Ok(ran) if phase => during.push(ran),
+                    Ok(ran) => {
+                        rest.push(ran);
+                        rest_cycles.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Err(e) => failures.push(e),
+                }
+            }
+            (rest, during, failures)
+        });
+        let wait_cycles = |n: usize| {
+            let t = Instant::now();
+            let start = rest_cycles.load(Ordering::SeqCst);
+            while rest_cycles.load(Ordering::SeqCst) < start + n
+                && t.elapsed() < Duration::from_secs(60)
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        };
+        wait_cycles(20);
+        upgrading.store(true, Ordering::SeqCst);
+        node.podman(&["stop", "-t", "30", "wasm-cni-ds-a"]);
+        node.podman(&["rm", "wasm-cni-ds-a"]);
+        // The new pod's image pull: calls meanwhile wait for a daemon.
+        std::thread::sleep(Duration::from_secs(1));
+        node.install(&v2);
+        node.start_daemon(&v2, "wasm-cni-ds-b");
+        std::thread::sleep(Duration::from_secs(3));
+        node.podman(&["kill", "--signal", "KILL", "wasm-cni-ds-b"]);
+        node.podman(&["start", "wasm-cni-ds-b"]);
+        std::thread::sleep(Duration::from_secs(3));
+        stop.store(true, Ordering::SeqCst);
+        (rest, during, failures) = load.join().unwrap();
+    });
+    assert!(
+        failures.is_empty(),
+        "failed CRI calls during the upgrade: {failures:#?}"
+    );
+    assert_ne!(
+        sha256(&bin_dir.join("wasm-cni")),
+        client_before,
+        "not upgraded"
+    );
+    let figures = |samples: &[(Duration, Duration)],
+                   which: fn(&(Duration, Duration)) -> Duration| {
+        let mut v: Vec<Duration> = samples.iter().map(which).collect();
+        v.sort();
+        format!(
+            "p50 {:?} p99 {:?} max {:?}",
+            percentile(&v, 0.5),
+            percentile(&v, 0.99),
+            v.last().copied().unwrap_or_default()
+        )
+    };
+    eprintln!(
+        "through the upgrade, 0 failed CRI calls; RunPodSandbox at rest {} ({} pods), \
+         during {} ({} pods); Run+Stop+Remove at rest {}, during {}",
+        figures(&rest, |s| s.0),
+        rest.len(),
+        figures(&during, |s| s.0),
+        during.len(),
+        figures(&rest, |s| s.1),
+        figures(&during, |s| s.1),
+    );
+    assert!(!during.is_empty(), "no pod started during the upgrade");
+
+    // The daemon's restarts: the conflist stayed, the node stayed ready.
+    assert!(ready().0);
+    // STATUS while the daemon is down says 50 and leaves the conflist.
+    node.podman(&["stop", "-t", "30", "wasm-cni-ds-b"]);
+    let out = Installed::new(&bin_dir, &node.ns, &node.conflist()).call("STATUS", "", "");
+    assert!(out.stdout.contains("\"code\": 50"), "{}", out.stdout);
+    assert!(node.conflist().exists());
+    node.podman(&["start", "wasm-cni-ds-b"]);
+
+    // Uninstall with a pod still running: refused, nothing removed; the
+    // DaemonSet goes; the pod is stopped and removed through the CRI.
+    let survivor = cri.run_pod("survivor").unwrap();
+    let (ok, out) = node.uninstall(&v2);
+    assert!(!ok && out.contains("1 attachment(s)"), "{out}");
+    assert!(node.conflist().exists() && bin_dir.join("wasm-cni").exists());
+    node.podman(&["stop", "-t", "30", "wasm-cni-ds-b"]);
+    cri.stop_pod(&survivor)
+        .unwrap_or_else(|e| panic!("{e}\n{}", ctd.log()));
+    cri.remove_pod(&survivor).unwrap();
+    let (ok, out) = node.uninstall(&v2);
+    assert!(ok, "{out}");
+    assert!(!node.conflist().exists() && !bin_dir.join("wasm-cni").exists());
+    let started = Instant::now();
+    while ready().0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "still ready after uninstall"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(ctd.pid(), ctd_pid);
+    assert!(cri.list_pods().unwrap().is_empty());
+    let veths = node.ns.exec(&["ip", "-o", "link", "show", "type", "veth"]);
+    assert!(veths.trim().is_empty(), "left behind: {veths}");
+    let names: Vec<String> = fs::read_dir(&conf_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["README.disabled"]);
+    assert_eq!(
+        fs::read_to_string(conf_dir.join("README.disabled")).unwrap(),
+        "not ours\n"
+    );
+    assert_eq!(fs::metadata(&conf_dir).unwrap().ino(), conf_ino);
+    assert_eq!(sha256(&bin_dir.join("loopback")), loopback);
+    drop(cri);
+    drop(ctd);
 }

@@ -15,7 +15,7 @@ pub const BUILD_PACKAGES: &[&str] = &["protobuf-compiler"];
 /// nftables and iptables: the tests read the node's rulesets with them, and
 /// the reference plugins' iptables rules need the latter. podman, runc and
 /// busybox-static: the podman test runs a real runtime on a wasm-cni
-/// network; curl probes it.
+/// network (busybox is also the CRI tests' pause image); curl probes it.
 pub const TEST_PACKAGES: &[&str] = &[
     "iproute2",
     "iputils-ping",
@@ -40,6 +40,9 @@ pub const TEST_PACKAGES: &[&str] = &[
     "buildah",
     "python3-yaml",
     "python3-venv",
+    // The kubelet's runtime: containerd 1.6's CRI runs pods on the node the
+    // DaemonSet installs (and `ctr` loads the offline pause image).
+    "containerd",
 ];
 
 pub fn run(extra: &[&str]) -> Result<()> {
