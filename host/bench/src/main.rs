@@ -13,6 +13,7 @@ mod components;
 mod daemon;
 mod ipam;
 mod plot;
+mod pods;
 mod proc;
 mod scenarios;
 mod soak;
@@ -63,6 +64,12 @@ struct Args {
     bury_every: usize,
     #[arg(long, default_value_t = 300)]
     bury_ms: u64,
+    /// Pods started at once through containerd's CRI in item 10.
+    #[arg(long, default_value_t = 30)]
+    pods: usize,
+    /// Rounds of item 10 per side.
+    #[arg(long, default_value_t = 3)]
+    pod_rounds: usize,
     /// ADD/DEL cycles through the daemon in item 9.
     #[arg(long, default_value_t = 10_000)]
     soak_cycles: usize,
@@ -71,7 +78,7 @@ struct Args {
     soak_every: usize,
     /// Only these items (1 cycle, 2 chain, 3 floor, 4 components, 5 ipam,
     /// 6 netavark, 7 filtered chain, 8 IPAM on etcd, 9 the daemon over
-    /// many cycles); 3 runs with 1.
+    /// many cycles, 10 pods at once through containerd's CRI); 3 runs with 1.
     #[arg(long, value_delimiter = ',')]
     only: Vec<u8>,
     /// podman's network backend, the peer of item 6.
@@ -402,6 +409,26 @@ fn run(args: &Args) -> io::Result<()> {
         }
     }
 
+    if want(args, 10) {
+        if pods::containerd_installed() {
+            eprintln!(
+                "bench: 10 {} pods at once through containerd's CRI",
+                args.pods
+            );
+            report.pods = Some(pods::measure(
+                &progs,
+                &work,
+                args.pods.max(1),
+                args.pod_rounds.max(1),
+                &bury,
+            )?);
+        } else {
+            eprintln!(
+                "bench: 10 skipped: containerd is not installed (cargo xtask setup installs it)"
+            );
+        }
+    }
+
     drop(daemon);
     bury();
     if want(args, 9) {
@@ -530,6 +557,8 @@ struct Report {
     footprint: Option<Footprint>,
     /// Item 9: the daemon over many cycles.
     soak: Option<soak::Soak>,
+    /// Item 10: pods at once through containerd's CRI, per side.
+    pods: Option<[pods::Burst; 4]>,
 }
 
 /// Bytes on disk of what a node installs.
@@ -1299,6 +1328,71 @@ impl Report {
                     met: fds <= 0,
                 });
             }
+        }
+        if let Some(bursts) = &self.pods {
+            let _ = writeln!(
+                body,
+                "\n## 10. {} pods at once through containerd's CRI\n\n\
+                 containerd 1.6 (host/cri: a containerd of the bench's own, an offline pause image) \
+                 in a fresh node namespace per side and round; bridge + host-local, and as \
+                 containerd's floor a plugin that only answers (a shell script printing a fixed \
+                 result); containerd's own loopback is the reference one on every side. {} \
+                 RunPodSandbox calls released \
+                 together by a barrier, as the kubelet starts a node's pods; {} rounds, sides \
+                 rotated. One pod is started and removed before each burst, unmeasured. Times in ms \
+                 over every call of every round; \"all up\": first call to last answer, median of \
+                 the rounds.\n\n\
+                 | | RunPodSandbox p50 | p99 | all up | failed calls |\n|---|---|---|---|---|",
+                args.pods, args.pods, args.pod_rounds,
+            );
+            for (side, b) in pods::SIDES.iter().zip(bursts) {
+                let _ = writeln!(
+                    body,
+                    "| {} | {} | {} | {} | {} |",
+                    side.label(),
+                    num(pods::percentile(&b.run_ms, 0.5)),
+                    num(pods::percentile(&b.run_ms, 0.99)),
+                    num(summarize(&b.all_up_ms).median),
+                    b.failures.len(),
+                );
+            }
+            for (side, b) in pods::SIDES.iter().zip(bursts) {
+                if let Some(e) = b.failures.first() {
+                    let _ = writeln!(body, "\nFirst failure, {}: {e}", side.label());
+                }
+            }
+            let p99 = |i: usize| pods::percentile(&bursts[i].run_ms, 0.99);
+            let failed: usize = bursts.iter().map(|b| b.failures.len()).sum();
+            heads.push(Headline {
+                what: format!(
+                    "{} pods at once through the CRI, RunPodSandbox p99, daemon ÷ reference",
+                    args.pods
+                ),
+                value: format!("{}×", num(p99(2) / p99(0))),
+                target: "≤ 0.5×".into(),
+                met: p99(2) / p99(0) <= 0.5,
+            });
+            heads.push(Headline {
+                what: "the same, wasm-cni per invocation ÷ reference".into(),
+                value: format!("{}×", num(p99(1) / p99(0))),
+                target: "(for comparison)".into(),
+                met: true,
+            });
+            // What the network adds to containerd's own cost of a pod.
+            heads.push(Headline {
+                what:
+                    "the same, each over containerd's floor: (daemon − floor) ÷ (reference − floor)"
+                        .into(),
+                value: format!("{}×", num((p99(2) - p99(3)) / (p99(0) - p99(3)))),
+                target: "(for comparison)".into(),
+                met: true,
+            });
+            heads.push(Headline {
+                what: "failed CRI calls in item 10, all sides".into(),
+                value: failed.to_string(),
+                target: "0".into(),
+                met: failed == 0,
+            });
         }
         if let Some(ratio) = cluster::scaling(&self.cluster) {
             heads.push(Headline {
