@@ -698,10 +698,17 @@ fn daemon(d: DaemonArgs) -> Result<i32, String> {
     crate::daemon::init_log(opts.json_log);
     if let Some(record) = d.publish_conflist {
         crate::daemon::block_signals()?;
+        let r = record.clone();
         std::thread::Builder::new()
             .name("publish-conflist".into())
-            .spawn(move || publish_when_ready(&record))
+            .spawn(move || publish_when_ready(&r))
             .map_err(|e| format!("cannot start the conflist publisher: {e}"))?;
+        // /readyz: the same STATUS, of whatever the record holds now.
+        opts.ready_check = Some(crate::daemon::ReadyCheck(Arc::new(move || {
+            let (conf, cni_path) = install::network(&record)?
+                .ok_or_else(|| format!("nothing installed in {}", record.display()))?;
+            status_of(conf, cni_path)
+        })));
     }
     crate::daemon::serve(opts).map(|()| 0)
 }
@@ -730,48 +737,70 @@ fn publish_when_ready(record: &Path) {
                 return;
             }
         };
-        let stdin = conf.to_string().into_bytes();
-        let vars = vec![
-            ("CNI_COMMAND".to_string(), "STATUS".to_string()),
-            ("CNI_PATH".to_string(), cni_path),
-        ];
-        let answer = wasm_cni_client::forward::run(
-            vars,
-            stdin,
-            |_, _, _| wasm_cni_client::wire::Response {
-                exit_code: 1,
-                stdout: "no daemon answers at the network's daemonSocket".into(),
-                stderr: String::new(),
-            },
-            &|_, _| {},
-        );
-        if answer.exit_code == 0 {
-            match install::publish(record) {
-                Ok(Some(path)) => tracing::info!(
-                    event = "publish-conflist",
-                    "publish-conflist: the daemon answers; wrote {}",
-                    path.display()
-                ),
-                Ok(None) => tracing::info!(
-                    event = "publish-conflist",
-                    "publish-conflist: nothing pending in {} any more",
-                    record.display()
-                ),
-                Err(e) => tracing::error!(event = "publish-conflist", "publish-conflist: {e}"),
+        match status_of(conf, cni_path) {
+            Ok(()) => {
+                match install::publish(record) {
+                    Ok(Some(path)) => tracing::info!(
+                        event = "publish-conflist",
+                        "publish-conflist: the daemon answers; wrote {}",
+                        path.display()
+                    ),
+                    Ok(None) => tracing::info!(
+                        event = "publish-conflist",
+                        "publish-conflist: nothing pending in {} any more",
+                        record.display()
+                    ),
+                    Err(e) => tracing::error!(event = "publish-conflist", "publish-conflist: {e}"),
+                }
+                return;
             }
-            return;
-        }
-        let why = answer.stdout.trim().to_string();
-        if why != last {
-            tracing::warn!(
-                event = "publish-conflist",
-                "publish-conflist: not ready, the conflist waits: {why}"
-            );
-            last = why;
+            Err(why) if why != last => {
+                tracing::warn!(
+                    event = "publish-conflist",
+                    "publish-conflist: not ready, the conflist waits: {why}"
+                );
+                last = why;
+            }
+            Err(_) => {}
         }
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_secs(2));
     }
+}
+
+/// STATUS of a network, sent as the runtime sends it: through the socket
+/// its config names, with `CNI_PATH`. `Err`: the CNI error, as one line.
+fn status_of(conf: Value, cni_path: String) -> Result<(), String> {
+    let vars = vec![
+        ("CNI_COMMAND".to_string(), "STATUS".to_string()),
+        ("CNI_PATH".to_string(), cni_path),
+    ];
+    let answer = wasm_cni_client::forward::run(
+        vars,
+        conf.to_string().into_bytes(),
+        |_, _, _| wasm_cni_client::wire::Response {
+            exit_code: 1,
+            stdout: "no daemon answers at the network's daemonSocket".into(),
+            stderr: String::new(),
+        },
+        &|_, _| {},
+    );
+    if answer.exit_code == 0 {
+        return Ok(());
+    }
+    let text = answer.stdout.trim();
+    Err(match serde_json::from_str::<Value>(text) {
+        Ok(e) if e.get("code").is_some() => {
+            let details = e["details"].as_str().filter(|d| !d.is_empty());
+            format!(
+                "STATUS: code {}: {}{}",
+                e["code"],
+                e["msg"].as_str().unwrap_or_default(),
+                details.map(|d| format!(" ({d})")).unwrap_or_default()
+            )
+        }
+        _ => format!("STATUS: {text}"),
+    })
 }
 
 fn plugins(d: &DirArgs, compile: bool) -> Result<i32, String> {

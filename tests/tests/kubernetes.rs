@@ -134,6 +134,23 @@ fn the_manifests_validate_strictly_and_grant_only_what_install_reads() {
             c["name"]
         );
     }
+    // The probes ask the daemon's own listener, on the node's loopback.
+    let daemon = &spec["containers"][0];
+    assert!(
+        daemon["args"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("--metrics=tcp:127.0.0.1:9750")),
+        "{}",
+        daemon["args"]
+    );
+    for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
+        assert_eq!(
+            daemon[probe]["httpGet"],
+            json!({"host": "127.0.0.1", "port": 9750, "path": path}),
+            "{probe}"
+        );
+    }
     // The installer runs with no capability at all.
     let init = &spec["initContainers"][0];
     assert_eq!(
@@ -602,6 +619,73 @@ fn containerd_runs_pods_on_the_daemonset_through_an_upgrade_and_uninstall() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(ctd.pid(), ctd_pid);
+    // The probes, as the kubelet sends them to the node's loopback.
+    let get = |path: &str| {
+        node.ns.exec(&[
+            "curl",
+            "-s",
+            "-w",
+            " %{http_code}",
+            &format!("http://127.0.0.1:9750{path}"),
+        ])
+    };
+    assert!(get("/healthz").ends_with("ok\n 200"), "{}", get("/healthz"));
+    let started = Instant::now();
+    while !get("/readyz").ends_with(" 200") {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{}",
+            get("/readyz")
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // A component that no longer compiles makes the node's network not
+    // ready, with the cause; liveness stays.
+    let bridge = node.dir("/opt/cni/wasm").join("bridge.wasm");
+    let good = fs::read(&bridge).unwrap();
+    fs::write(&bridge, b"\0asm not a component").unwrap();
+    let started = Instant::now();
+    let cause = loop {
+        let r = get("/readyz");
+        if r.ends_with(" 503") {
+            break r;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "still ready: {r}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(cause.contains("bridge"), "{cause}");
+    assert!(get("/healthz").ends_with(" 200"));
+    fs::write(&bridge, &good).unwrap();
+    let started = Instant::now();
+    while !get("/readyz").ends_with(" 200") {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{}",
+            get("/readyz")
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Hostile: probes cost the daemon no STATUS each; 200 of them in a
+    // row add at most the checker's own (one per 3 s).
+    let statuses = || -> u64 {
+        get("/metrics")
+            .lines()
+            .filter(|l| l.starts_with("wasm_cni_requests_total{verb=\"STATUS\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    };
+    let before = (statuses(), Instant::now());
+    let burst = "for i in $(seq 200); do curl -s -o /dev/null http://127.0.0.1:9750/readyz; done";
+    node.ns.exec(&["sh", "-c", burst]);
+    let checks = before.1.elapsed().as_secs() / 3 + 2;
+    assert!(
+        statuses() - before.0 <= checks,
+        "{} STATUS for 200 probes",
+        statuses() - before.0
+    );
     let meta = fs::metadata(node.conflist()).unwrap();
     assert_eq!((meta.mode() & 0o777, meta.uid()), (0o600, 0));
     for b in ["wasm-cni", "wasm-cni-engine"] {

@@ -324,10 +324,41 @@ pub fn pending(record_path: &Path) -> Result<Option<(Value, String)>, String> {
     let Some(p) = &record.pending else {
         return Ok(None);
     };
-    let conflist: Value = serde_json::from_str(&p.conflist)
-        .map_err(|e| format!("{}: the pending conflist: {e}", record_path.display()))?;
+    status_call(record_path, &record, &p.conflist, "the pending conflist").map(Some)
+}
+
+/// The network install put on the node, as [`pending`] gives it: the
+/// pending conflist, else the one install wrote, read from where it is now.
+/// None when the record holds neither.
+pub fn network(record_path: &Path) -> Result<Option<(Value, String)>, String> {
+    let Some(record) = Record::load(record_path)? else {
+        return Ok(None);
+    };
+    if let Some(p) = &record.pending {
+        return status_call(record_path, &record, &p.conflist, "the pending conflist").map(Some);
+    }
+    let Some(path) = record
+        .files
+        .iter()
+        .find(|(_, w)| w.kind == Kind::Conflist)
+        .map(|(p, _)| p.clone())
+    else {
+        return Ok(None);
+    };
+    let text = fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    status_call(record_path, &record, &text, &path.display().to_string()).map(Some)
+}
+
+fn status_call(
+    record_path: &Path,
+    record: &Record,
+    conflist: &str,
+    what: &str,
+) -> Result<(Value, String), String> {
+    let conflist: Value = serde_json::from_str(conflist)
+        .map_err(|e| format!("{}: {what}: {e}", record_path.display()))?;
     let stdin = super::plugin_stdin(&conflist, &Map::new())
-        .map_err(|e| format!("{}: the pending conflist: {e}", record_path.display()))?;
+        .map_err(|e| format!("{}: {what}: {e}", record_path.display()))?;
     let mut dirs: Vec<String> = Vec::new();
     for (path, w) in &record.files {
         if let (Kind::Binary, Some(dir)) = (w.kind, path.parent()) {
@@ -337,7 +368,7 @@ pub fn pending(record_path: &Path) -> Result<Option<(Value, String)>, String> {
             }
         }
     }
-    Ok(Some((stdin, dirs.join(":"))))
+    Ok((stdin, dirs.join(":")))
 }
 
 /// Write the pending conflist, under the record's lock and by install's

@@ -218,10 +218,18 @@ const MAX_HEAD: usize = 8 << 10;
 
 /// Serve `GET /metrics` on `addr` from a thread of its own. The socket at
 /// a `unix:` address was checked by the caller ([`super::prepare_socket_path`]).
-pub fn serve(
-    addr: MetricsAddr,
-    render: impl Fn() -> String + Send + Sync + 'static,
-) -> Result<(), String> {
+/// What the metrics listener serves: `GET /metrics` (the exposition),
+/// `GET /healthz` (the process answers) and `GET /readyz` (`Ok`: 200 with
+/// the text; `Err`: 503 with the cause). Both closures must answer from
+/// what is already known: they run in the one thread that serves every
+/// peer of the listener, so work per request would be work a scraper
+/// could make the daemon do.
+pub struct Pages {
+    pub metrics: Box<dyn Fn() -> String + Send + Sync>,
+    pub ready: Box<dyn Fn() -> Result<String, String> + Send + Sync>,
+}
+
+pub fn serve(addr: MetricsAddr, pages: Pages) -> Result<(), String> {
     let listener = match &addr {
         MetricsAddr::Unix(path) => {
             let l = UnixListener::bind(path)
@@ -239,7 +247,7 @@ pub fn serve(
         .map_err(|e| format!("metrics: {e}"))?;
     std::thread::Builder::new()
         .name("wasm-cni-metrics".into())
-        .spawn(move || event_loop(&listener, &render))
+        .spawn(move || event_loop(&listener, &pages))
         .map(drop)
         .map_err(|e| format!("starting the metrics thread: {e}"))
 }
@@ -330,7 +338,7 @@ struct Scrape {
 impl Scrape {
     /// Read what is there; once the head is complete (or the peer stops
     /// sending), make the answer. `false`: done with this connection.
-    fn on_readable(&mut self, render: &dyn Fn() -> String) -> bool {
+    fn on_readable(&mut self, pages: &Pages) -> bool {
         let mut buf = [0u8; 1024];
         loop {
             match self.stream.read(&mut buf) {
@@ -346,7 +354,7 @@ impl Scrape {
                 Err(_) => return false,
             }
         }
-        self.out = Some((response(&self.head, render).into_bytes(), 0));
+        self.out = Some((response(&self.head, pages).into_bytes(), 0));
         self.on_writable()
     }
 
@@ -380,7 +388,7 @@ fn complete(head: &[u8]) -> bool {
 /// Every scrape connection is served by one poll loop: nothing one peer
 /// does (connect and send nothing, trickle bytes, not read the answer)
 /// holds up another beyond its own deadline.
-fn event_loop(listener: &Listener, render: &dyn Fn() -> String) {
+fn event_loop(listener: &Listener, pages: &Pages) {
     use rustix::event::{poll, PollFd, PollFlags, Timespec};
     let mut scrapes: Vec<Scrape> = Vec::new();
     loop {
@@ -420,7 +428,7 @@ fn event_loop(listener: &Listener, render: &dyn Fn() -> String) {
         for (mut s, ready) in scrapes.drain(..).zip(ready) {
             let alive = match (ready, s.out.is_some()) {
                 (false, _) => true,
-                (true, false) => s.on_readable(render),
+                (true, false) => s.on_readable(pages),
                 (true, true) => s.on_writable(),
             };
             if alive {
@@ -445,7 +453,7 @@ fn event_loop(listener: &Listener, render: &dyn Fn() -> String) {
             };
             // A scraper's request is usually there as soon as it connects:
             // served now, it is never among those evicted below.
-            if !s.on_readable(render) {
+            if !s.on_readable(pages) {
                 continue;
             }
             if scrapes.len() >= MAX_SCRAPES {
@@ -468,19 +476,31 @@ fn event_loop(listener: &Listener, render: &dyn Fn() -> String) {
     }
 }
 
-/// The answer to a request head: the exposition for `GET /metrics`, else
-/// 404.
-fn response(head: &[u8], render: &dyn Fn() -> String) -> String {
+/// The answer to a request head: the exposition for `GET /metrics`, the
+/// probes' pages, else 404. A query string is ignored (`/readyz?verbose`).
+fn response(head: &[u8], pages: &Pages) -> String {
     let line = String::from_utf8_lossy(head);
     let target = line.split_whitespace().take(2).collect::<Vec<_>>();
+    let path = |t: &str| t.split('?').next().unwrap_or_default().to_string();
+    let text = |status: &str, body: &str| {
+        format!(
+            "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    };
     match target.as_slice() {
-        ["GET", "/metrics"] => {
-            let body = render();
+        ["GET", t] if path(t) == "/metrics" => {
+            let body = (pages.metrics)();
             format!(
                 "HTTP/1.1 200 OK\r\nContent-Type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
                 body.len()
             )
         }
+        ["GET", t] if path(t) == "/healthz" => text("200 OK", "ok\n"),
+        ["GET", t] if path(t) == "/readyz" => match (pages.ready)() {
+            Ok(why) => text("200 OK", &format!("{why}\n")),
+            Err(cause) => text("503 Service Unavailable", &format!("{cause}\n")),
+        },
         _ => "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".into(),
     }
 }
@@ -521,6 +541,37 @@ mod tests {
             assert!(text.contains(line), "{line} not in\n{text}");
         }
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn the_probes_pages_answer_from_what_is_known() {
+        let pages = |ready: Result<&'static str, &'static str>| Pages {
+            metrics: Box::new(|| "# EOF\n".into()),
+            ready: Box::new(move || ready.map(String::from).map_err(String::from)),
+        };
+        let get =
+            |p: &Pages, path: &str| response(format!("GET {path} HTTP/1.1\r\n\r\n").as_bytes(), p);
+        let up = pages(Ok("ready"));
+        assert!(get(&up, "/healthz").starts_with("HTTP/1.1 200 OK"));
+        assert!(get(&up, "/healthz").ends_with("\r\n\r\nok\n"));
+        assert!(get(&up, "/readyz?verbose").starts_with("HTTP/1.1 200 OK"));
+        let down = pages(Err("STATUS of k8s-pod-network: bridge: not found"));
+        let r = get(&down, "/readyz");
+        assert!(r.starts_with("HTTP/1.1 503 "), "{r}");
+        assert!(r.ends_with("bridge: not found\n"), "{r}");
+        // Liveness is the process answering, whatever readiness says.
+        assert!(get(&down, "/healthz").starts_with("HTTP/1.1 200 OK"));
+        for bad in [
+            "POST /readyz HTTP/1.1\r\n\r\n",
+            "GET /readyzz HTTP/1.1\r\n\r\n",
+            "GET\r\n\r\n",
+            "",
+        ] {
+            assert!(
+                response(bad.as_bytes(), &down).starts_with("HTTP/1.1 404"),
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

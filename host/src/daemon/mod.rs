@@ -69,7 +69,25 @@ pub struct Options {
     /// The directories non-root peers' networks use.
     pub peer_dirs: edge::PeerDirs,
     pub json_log: bool,
+    /// What `/readyz` reports on: run every [`READY_EVERY`] by a thread of
+    /// its own (never per probe), `Err` with the cause. None: ready once
+    /// listening.
+    pub ready_check: Option<ReadyCheck>,
 }
+
+/// A readiness check: whether the node's network can serve ADD now.
+#[derive(Clone)]
+pub struct ReadyCheck(pub Arc<dyn Fn() -> Result<(), String> + Send + Sync>);
+
+impl std::fmt::Debug for ReadyCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReadyCheck")
+    }
+}
+
+/// How often the readiness check runs; a result older than three of these
+/// is a check that hangs, and not ready.
+pub const READY_EVERY: Duration = Duration::from_secs(3);
 
 impl Options {
     pub fn new(socket: PathBuf) -> Self {
@@ -85,6 +103,7 @@ impl Options {
             drain_timeout: Duration::from_secs(20),
             peer_dirs: edge::PeerDirs::default(),
             json_log: false,
+            ready_check: None,
         }
     }
 }
@@ -147,8 +166,22 @@ pub fn serve(opts: Options) -> Result<(), String> {
         rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| e.to_string())?;
     spawn_signal_thread(signals, wake_write)?;
     if let Some(addr) = shared.opts.metrics.clone() {
-        let s = shared.clone();
-        metrics::serve(addr, move || s.metrics.render())?;
+        let last = Arc::new(Mutex::new(None));
+        if let Some(check) = shared.opts.ready_check.clone() {
+            let (s, last) = (shared.clone(), last.clone());
+            std::thread::Builder::new()
+                .name("wasm-cni-readiness".into())
+                .spawn(move || readiness_loop(&s, &*check.0, &last))
+                .map_err(|e| format!("starting the readiness thread: {e}"))?;
+        }
+        let (s, r) = (shared.clone(), shared.clone());
+        metrics::serve(
+            addr,
+            metrics::Pages {
+                metrics: Box::new(move || s.metrics.render()),
+                ready: Box::new(move || ready(&r, &last)),
+            },
+        )?;
     }
     let on = match owned {
         true => shared.opts.socket.display().to_string(),
@@ -182,6 +215,57 @@ pub fn serve(opts: Options) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+/// The latest readiness check: when it ended, and what it said.
+type LastCheck = Mutex<Option<(Instant, Result<(), String>)>>;
+
+fn readiness_loop(
+    shared: &Shared,
+    check: &(dyn Fn() -> Result<(), String> + Send + Sync),
+    last: &LastCheck,
+) {
+    let mut said = None;
+    while !shared.stopping.load(Ordering::SeqCst) {
+        let outcome = check();
+        // Said once per change, not every few seconds.
+        if said.as_ref() != Some(&outcome) {
+            match &outcome {
+                Ok(()) => tracing::info!(event = "ready", "ready"),
+                Err(cause) => tracing::warn!(event = "not-ready", "not ready: {cause}"),
+            }
+            said = Some(outcome.clone());
+        }
+        if let Ok(mut l) = last.lock() {
+            *l = Some((Instant::now(), outcome));
+        }
+        std::thread::sleep(READY_EVERY);
+    }
+}
+
+/// `/readyz`: from the latest check, never running one.
+fn ready(shared: &Shared, last: &LastCheck) -> Result<String, String> {
+    if shared.stopping.load(Ordering::SeqCst) {
+        return Err("stopping: finishing the requests in flight".into());
+    }
+    if shared.opts.ready_check.is_none() {
+        return Ok("ready: listening".into());
+    }
+    let last = last
+        .lock()
+        .map_err(|_| "the readiness state is poisoned".to_string())?;
+    match &*last {
+        None => Err("not ready: the first check has not finished".into()),
+        Some((at, _)) if at.elapsed() > READY_EVERY * 3 => Err(format!(
+            "not ready: the readiness check has not finished for {} s",
+            at.elapsed().as_secs()
+        )),
+        Some((at, Ok(()))) => Ok(format!(
+            "ready: checked {} ms ago",
+            at.elapsed().as_millis()
+        )),
+        Some((_, Err(cause))) => Err(format!("not ready: {cause}")),
+    }
 }
 
 fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener, wake: &OwnedFd) {
