@@ -19,6 +19,7 @@ const DEFAULT_PLUGIN_DIR: &str = "/opt/cni/wasm";
 
 mod install;
 mod kube;
+mod status;
 
 #[derive(Parser)]
 #[command(
@@ -108,6 +109,10 @@ enum Cmd {
     /// IPAM allocations in the state store.
     #[command(subcommand)]
     Ipam(IpamCmd),
+    /// The node at a glance: each wasm-cni network of the conf dir with its
+    /// STATUS, attachments, address pools and components, and the daemon
+    /// (with --metrics). Exits 1 when a network is not ready.
+    Status(status::StatusArgs),
     /// Serve CNI requests on a unix socket, with the engine and components
     /// kept warm, for networks whose config sets "daemon": "prefer" or
     /// "require" (see the README). Stops on SIGTERM or SIGINT once the
@@ -420,6 +425,7 @@ pub fn main() -> i32 {
         Cmd::Plugins(d) => plugins(&d, false),
         Cmd::Compile(d) => plugins(&d, true),
         Cmd::Ipam(c) => ipam(c),
+        Cmd::Status(a) => status::status(&a),
         Cmd::Daemon(d) => daemon(d),
         Cmd::Pull(p) => pull(&p),
         Cmd::Push(p) => push(&p),

@@ -37,6 +37,38 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     result
 }
 
+/// Whether a file could be written in `dir` now (created as a write
+/// would create it): an unnamed file (`O_TMPFILE`) gets a byte, so a
+/// read-only mount, a directory without write permission and a full
+/// filesystem all show, and nothing is left behind even if the process is
+/// killed. Filesystems without `O_TMPFILE` get a named probe, removed at
+/// once.
+pub fn probe_writable(dir: &Path) -> io::Result<()> {
+    fs::create_dir_all(dir)?;
+    let unnamed = fs::OpenOptions::new()
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_TMPFILE)
+        .open(dir);
+    match unnamed {
+        Ok(mut f) => f.write_all(b"0"),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EISDIR)) => {
+            static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let path = dir.join(format!(".probe.{}.{seq}", std::process::id()));
+            let written = fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)
+                .and_then(|mut f| f.write_all(b"0"));
+            let _ = fs::remove_file(&path);
+            written
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Take an exclusive flock on `file`, waiting at most until `deadline`
 /// (forever without one). Past the deadline: `TimedOut`.
 ///
@@ -69,6 +101,19 @@ pub fn lock_exclusive(file: &File, deadline: Option<Instant>) -> io::Result<()> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_writability_probe_leaves_nothing_and_names_what_is_not_a_directory() {
+        let dir = std::env::temp_dir().join(format!("wasm-cni-probe-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        probe_writable(&dir.join("networks/n")).unwrap();
+        let left: Vec<_> = fs::read_dir(dir.join("networks/n")).unwrap().collect();
+        assert!(left.is_empty(), "{left:?}");
+        fs::write(dir.join("file"), b"x").unwrap();
+        assert!(probe_writable(&dir.join("file")).is_err());
+        assert!(probe_writable(&dir.join("file/below")).is_err());
+        fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn a_bounded_lock_wait_ends_at_the_deadline() {

@@ -378,11 +378,19 @@ fn a_component_replaced_on_disk_is_picked_up_and_pins_still_hold() {
         before.stderr
     );
     assert!(!after.stderr.contains("one status"), "{}", after.stderr);
-    // A pin that the new file does not match: refused with code 7.
+    // A pin that the new file does not match: refused (code 7, which
+    // STATUS reports as 50, "cannot serve ADD", keeping the 7).
     conf["chain"][0]["wasm"] = json!({"sha256": "ab".repeat(32)});
     let out = status(&conf);
-    assert_eq!(out.error_code(), 7, "{out:?}");
+    assert_eq!(out.error_code(), 50, "{out:?}");
     assert!(out.error_msg().contains("sha256 mismatch"), "{out:?}");
+    assert!(
+        out.json()["details"]
+            .as_str()
+            .unwrap()
+            .contains("was code 7"),
+        "{out:?}"
+    );
 }
 
 #[test]

@@ -2,6 +2,7 @@
 
 use wasm_cni_sdk::check::{self, mac_matches};
 use wasm_cni_sdk::config::{self, NetConf};
+use wasm_cni_sdk::error::code;
 use wasm_cni_sdk::filter::Rule;
 use wasm_cni_sdk::iface::{self, configure_iface, try_sysctl, Notify};
 use wasm_cni_sdk::ip::{parse_cidr, Family, IpNet, IpNetExt};
@@ -82,8 +83,30 @@ impl Plugin for Bridge {
         Ok(())
     }
 
+    /// IPAM's STATUS, then the bridge itself: missing is fine (ADD creates
+    /// it); a link of that name that is not a bridge is 50 (ADD would fail);
+    /// a bridge that is down is 51 — ADD would set it up again, but the
+    /// containers already on it have no connectivity until then.
     fn status<H: Host>(host: &H, config: &str) -> Result<(), CniError> {
-        plugin::forward_status(host, config)
+        plugin::forward_status(host, config)?;
+        let conf = conf::load(config, &[])?;
+        let name = conf.bridge.as_str();
+        match open_node(host)?.link_by_name(name) {
+            Ok(br) if br.kind != "bridge" => Err(CniError::new(
+                code::NOT_AVAILABLE,
+                format!("{name:?} exists but is not a bridge: ADD would fail"),
+            )),
+            Ok(br) if !br.up => Err(CniError::new(
+                code::LIMITED_CONNECTIVITY,
+                format!(
+                    "bridge {name:?} is down: containers attached to it have no connectivity \
+                     (the next ADD sets it up)"
+                ),
+            )),
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(e.into_cni(format_args!("failed to look up bridge {name:?}"))),
+        }
     }
 
     fn gc<H: Host>(host: &H, config: &str, _valid: &[Attachment]) -> Result<(), CniError> {

@@ -2,8 +2,8 @@
 
 use wasm_cni_sdk::fake::{ipam_result, netconf, suite, with_ipam_type, FakeHost, NsId, NETNS_PATH};
 use wasm_cni_sdk::naming::veth_name;
-use wasm_cni_sdk::net::NetError;
-use wasm_cni_sdk::{CniError, CniResult, Dns, Plugin};
+use wasm_cni_sdk::net::{LinkSettings, NetError, Ops};
+use wasm_cni_sdk::{CniError, CniResult, Dns, Host, Plugin};
 
 use crate::Bridge;
 
@@ -687,6 +687,37 @@ fn status_and_gc_forward_to_ipam() {
     suite::assert_status_and_gc_go_to_ipam::<Bridge>(&host, &conf(""), &l3(""));
     host.set_ipam_error("status", CniError::new(50, "exhausted"));
     assert_eq!(Bridge::status(&host, &l3("")).unwrap_err().code, 50);
+}
+
+#[test]
+fn status_tells_a_bridge_that_is_down_from_one_that_cannot_serve() {
+    let host = host_v4();
+    // Missing: the next ADD creates it.
+    Bridge::status(&host, &l3("")).unwrap();
+    add(&host, &l3("")).unwrap();
+    Bridge::status(&host, &l3("")).unwrap();
+    let set_up = |up: bool| {
+        let settings = LinkSettings {
+            up: Some(up),
+            ..LinkSettings::default()
+        };
+        host.node_netns()
+            .unwrap()
+            .set_link("cni0", &settings)
+            .unwrap();
+    };
+    set_up(false);
+    let e = Bridge::status(&host, &l3("")).unwrap_err();
+    assert_eq!(e.code, 51, "{e:?}");
+    assert!(e.msg.contains(r#"bridge "cni0" is down"#), "{}", e.msg);
+    set_up(true);
+    Bridge::status(&host, &l3("")).unwrap();
+
+    let host = host_v4();
+    host.add_link(NODE, "cni0", "device", 1500);
+    let e = Bridge::status(&host, &l3("")).unwrap_err();
+    assert_eq!(e.code, 50, "{e:?}");
+    assert!(e.msg.contains("not a bridge"), "{}", e.msg);
 }
 
 #[test]

@@ -752,7 +752,33 @@ impl Executor {
         Ok(())
     }
 
+    /// STATUS: what the host itself needs for an ADD (a state directory it
+    /// can write, a store that answers), then each plugin's STATUS in
+    /// order. Every cause is code 50 ("cannot service ADD") unless a plugin
+    /// said 51 ("existing containers may have limited connectivity"); the
+    /// message names the cause and the details keep its original code, so
+    /// a runtime that reports only the code still points at the fault.
     pub fn status(&self) -> Result<(), HostError> {
+        self.status_causes()
+            .map_err(|e| HostError::Cni(status_error(CniError::from(e))))
+    }
+
+    fn status_causes(&self) -> Result<(), HostError> {
+        self.records.writable(&self.conf.name).map_err(|e| {
+            CniError::new(
+                ErrorCode::Io,
+                format!(
+                    "state directory {} is not writable: {e}",
+                    self.conf.state_dir.display()
+                ),
+            )
+        })?;
+        self.store.ready(None).map_err(|e| {
+            CniError::new(
+                ErrorCode::TryAgainLater,
+                format!("the network's state store does not answer: {e}"),
+            )
+        })?;
         let att = no_attachment();
         for (index, entry) in self.conf.chain.iter().enumerate() {
             let step = Step {
@@ -1170,6 +1196,30 @@ fn request_for(att: &Attachment, config: String, prev: Option<&CniResult>) -> wi
         config,
         prev_result: prev.map(convert::to_wit),
     }
+}
+
+/// When `started` was on the wall clock.
+pub(crate) fn wall_start(started: Instant) -> std::time::SystemTime {
+    std::time::SystemTime::now() - started.elapsed()
+}
+
+/// A STATUS failure as the spec wants it: 50 or 51, the cause's own code
+/// kept in the details.
+fn status_error(mut e: CniError) -> CniError {
+    let (unavailable, limited) = (
+        ErrorCode::StatusUnavailable.code(),
+        ErrorCode::StatusLimited.code(),
+    );
+    if e.code != unavailable && e.code != limited {
+        let was = format!("was code {}", e.code);
+        e.details = if e.details.is_empty() {
+            was
+        } else {
+            format!("{}; {was}", e.details)
+        };
+        e.code = unavailable;
+    }
+    e
 }
 
 fn no_attachment() -> Attachment {

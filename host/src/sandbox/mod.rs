@@ -109,6 +109,12 @@ impl Call<'_> {
 }
 
 /// Why a plugin could not be loaded or a call did not produce an answer.
+/// wasmparser and wasmtime format some reasons over several indented
+/// lines; a CNI message (a kubelet event, a log field) reads better on one.
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
     #[error("plugin {plugin:?} not found: no {plugin}.wasm in {}{}", dir.display(), searched(cni_path))]
@@ -469,7 +475,7 @@ impl Runtime {
         }
         let invalid = |e: wasmtime::Error| CallError::Invalid {
             plugin: plugin.to_string(),
-            reason: format!("{e:#}"),
+            reason: one_line(&format!("{e:#}")),
         };
         // Warm path: the file is the one whose digest the cache recorded,
         // and its artifact is there: neither read nor hash the component.
@@ -501,7 +507,7 @@ impl Runtime {
                         },
                         error => CallError::Invalid {
                             plugin: plugin.to_string(),
-                            reason: error.to_string(),
+                            reason: one_line(&error.to_string()),
                         },
                     })?;
                 self.cache.remember_digest(record, &id, &digest);

@@ -170,6 +170,10 @@ impl AttachmentRecords for DiskRecords {
         }
     }
 
+    fn writable(&self, network: &str) -> io::Result<()> {
+        crate::fsutil::probe_writable(&self.dir(network))
+    }
+
     fn lock_all(&self) -> io::Result<Lock> {
         let path = self.locks.join("all.lock");
         if let Some(dir) = path.parent() {

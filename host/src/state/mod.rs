@@ -165,6 +165,11 @@ pub trait AttachmentRecords {
     /// writing its pending record, and while a failed ADD decides whether it
     /// may undo changes other attachments could depend on.
     fn lock_all(&self) -> io::Result<Lock>;
+    /// Whether a record of `network` could be written now (STATUS: an ADD
+    /// could not finish without one).
+    fn writable(&self, _network: &str) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 pub fn now_ms() -> u64 {

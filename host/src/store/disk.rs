@@ -53,6 +53,10 @@ impl Txn for DiskTxn {
 }
 
 impl StateStore for DiskStore {
+    fn ready(&self, _deadline: Option<Instant>) -> io::Result<()> {
+        crate::fsutil::probe_writable(&self.root)
+    }
+
     fn begin_by(&self, scope: &Scope, deadline: Option<Instant>) -> io::Result<Box<dyn Txn>> {
         let (path, lock_path) = self.files(scope);
         if let Some(dir) = path.parent() {

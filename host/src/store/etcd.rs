@@ -808,6 +808,24 @@ impl StateStore for EtcdStore {
     fn networks(&self) -> io::Result<Vec<String>> {
         self.inner.children("scopes/")
     }
+
+    fn ready(&self, deadline: Option<Instant>) -> io::Result<()> {
+        // A count of at most one key: a round trip that reads nothing,
+        // whatever the cluster holds. Linearizable (unlike the scope reads):
+        // a member cut off from the quorum still serves serializable reads,
+        // but no commit would succeed through it.
+        let key = format!("{}/", self.inner.conf.prefix.trim_end_matches('/'));
+        let txn = EtcdTxn::new().and_then(vec![TxnOp::get(
+            key,
+            Some(
+                GetOptions::new()
+                    .with_prefix()
+                    .with_count_only()
+                    .with_limit(1),
+            ),
+        )]);
+        self.inner.run(txn, deadline).map(drop)
+    }
 }
 
 impl Inner {

@@ -116,6 +116,12 @@ pub trait StateStore: Send + Sync {
     fn scopes(&self, network: &str) -> io::Result<Vec<String>>;
     /// Networks with any state.
     fn networks(&self) -> io::Result<Vec<String>>;
+    /// Whether a transaction could commit now, answered within `deadline`
+    /// (STATUS): the local store's directory is writable, a cluster store
+    /// answers.
+    fn ready(&self, _deadline: Option<Instant>) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// A key or value name a plugin may use: it becomes part of a file's
