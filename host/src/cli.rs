@@ -286,6 +286,12 @@ struct DaemonArgs {
     /// from no pod) or `tcp:127.0.0.1:PORT`. Off unless given.
     #[arg(long, value_name = "ADDR")]
     metrics: Option<crate::daemon::MetricsAddr>,
+    /// Export a trace of each request (OTLP/HTTP protobuf) to this
+    /// collector: `http://IP:PORT[/PATH]` or `http://localhost:PORT`
+    /// (default path /v1/traces). Without it, the daemon's own
+    /// OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT; OTEL_SDK_DISABLED=true turns it off.
+    #[arg(long, value_name = "URL")]
+    otlp_endpoint: Option<crate::trace::Endpoint>,
     /// Requests served at once; further ones wait their turn.
     #[arg(long, default_value_t = 64)]
     max_concurrent: usize,
@@ -701,6 +707,16 @@ fn daemon(d: DaemonArgs) -> Result<i32, String> {
         image_dir: d.peer_image_dir,
     };
     opts.json_log = d.json_log;
+    let env = |k: &str| std::env::var(k).ok();
+    let disabled = env("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+    opts.otlp_endpoint = match d.otlp_endpoint {
+        _ if disabled => None,
+        Some(e) => Some(e),
+        None => crate::trace::endpoint_from_env(env)
+            .map(|e| e.parse())
+            .transpose()
+            .map_err(|e| format!("OTEL_EXPORTER_OTLP_ENDPOINT: {e}"))?,
+    };
     crate::daemon::init_log(opts.json_log);
     if let Some(record) = d.publish_conflist {
         crate::daemon::block_signals()?;
@@ -1007,6 +1023,11 @@ pub fn process_main() -> ! {
         std::process::exit(crate::sandbox::compile::child_main());
     }
     crate::sandbox::compile::use_child_process();
+    if std::env::args_os().nth(1).as_deref()
+        == Some(std::ffi::OsStr::new(crate::trace::CHILD_COMMAND))
+    {
+        std::process::exit(crate::trace::child_main());
+    }
     if std::env::var_os("CNI_COMMAND").is_some() {
         let vars = std::env::vars_os()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))

@@ -25,3 +25,4 @@ pub mod plugin_test;
 pub mod sandbox;
 pub mod state;
 pub mod store;
+pub mod trace;

@@ -40,9 +40,10 @@ pub const MAX_STDIN_BYTES: usize = 4 << 20;
 /// A response: the result (bounded per plugin) and the request's logs.
 pub const MAX_RESPONSE_BYTES: usize = 64 << 20;
 
-/// Whether a variable crosses to the daemon.
+/// Whether a variable crosses to the daemon: CNI's, the log level, and the
+/// runtime's W3C trace context (libcni sets it for every plugin).
 pub fn forwarded(key: &str) -> bool {
-    key.starts_with("CNI_") || key == "WASM_CNI_LOG"
+    key.starts_with("CNI_") || matches!(key, "WASM_CNI_LOG" | "TRACEPARENT" | "TRACESTATE")
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -289,6 +290,9 @@ mod tests {
     fn only_cni_variables_and_the_log_level_cross() {
         assert!(forwarded("CNI_COMMAND") && forwarded("CNI_NETNS"));
         assert!(forwarded("WASM_CNI_LOG"));
+        assert!(forwarded("TRACEPARENT") && forwarded("TRACESTATE"));
+        // Where spans go is the daemon operator's choice, not a peer's.
+        assert!(!forwarded("OTEL_EXPORTER_OTLP_ENDPOINT"));
         assert!(!forwarded("PATH") && !forwarded("HOME") && !forwarded("LD_PRELOAD"));
     }
 }

@@ -100,6 +100,8 @@ pub struct StepReport {
     pub index: usize,
     pub plugin: String,
     pub verb: &'static str,
+    /// Wall-clock start (for trace spans).
+    pub started: std::time::SystemTime,
     pub duration: Duration,
     /// Why the host stopped the plugin (`AbortCause::kind`), if it did.
     pub abort: Option<&'static str>,
@@ -1055,6 +1057,7 @@ impl Executor {
                 index: step.index,
                 plugin: step.entry.plugin_type.clone(),
                 verb: step.command.as_str(),
+                started: wall_start(started),
                 duration: started.elapsed(),
                 abort,
             });

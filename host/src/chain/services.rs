@@ -201,6 +201,7 @@ impl StepServices {
                 index: self.steps.0,
                 plugin: ipam_type.to_string(),
                 verb: self.command.as_str(),
+                started: super::wall_start(started),
                 duration: started.elapsed(),
                 abort: match &outcome {
                     Err(CallError::Aborted { cause, .. }) => Some(cause.kind()),

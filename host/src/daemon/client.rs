@@ -24,11 +24,66 @@ fn in_process(why: forward::Local, vars: Vec<(String, String)>, stdin: Vec<u8>) 
     if let forward::Local::NoDaemon(why) = why {
         log::log(Level::Warn, "", &why);
     }
+    // Without an endpoint, tracing costs nothing more than this look.
+    let traced = trace_endpoint(&vars, &stdin).map(|e| (e, vars.clone()));
+    let started = std::time::SystemTime::now();
     let out = edge::run(vars, &mut stdin.as_slice());
+    if let Some((endpoint, vars)) = traced {
+        export(&endpoint, &vars, &out, started);
+    }
     Response {
         exit_code: out.exit_code,
         stdout: out.stdout,
         stderr: String::new(),
+    }
+}
+
+/// Where this call's spans go: the config's `tracing.endpoint`, else the
+/// OpenTelemetry variables of the runtime's environment; none when
+/// `OTEL_SDK_DISABLED=true`. Nothing is parsed when nothing asks for it.
+fn trace_endpoint(vars: &[(String, String)], stdin: &[u8]) -> Option<String> {
+    let var = |k: &str| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    if var("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
+        return None;
+    }
+    let from_config = stdin
+        .windows(9)
+        .any(|w| w == b"\"tracing\"")
+        .then(|| serde_json::from_slice::<serde_json::Value>(stdin).ok())
+        .flatten()
+        .and_then(|c| c["tracing"]["endpoint"].as_str().map(str::to_string));
+    let endpoint = from_config.or_else(|| crate::trace::endpoint_from_env(var))?;
+    match endpoint.parse::<crate::trace::Endpoint>() {
+        Ok(_) => Some(endpoint),
+        Err(e) => {
+            log::log(Level::Warn, "", format!("tracing: {e}; no spans exported"));
+            None
+        }
+    }
+}
+
+/// Hand the call's spans to a detached exporter: this process exits as
+/// soon as it has answered.
+fn export(
+    endpoint: &str,
+    vars: &[(String, String)],
+    out: &edge::Outcome,
+    started: std::time::SystemTime,
+) {
+    let var = |k: &str| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    let error = (out.exit_code != 0)
+        .then(|| serde_json::from_str::<serde_json::Value>(&out.stdout).ok())
+        .flatten()
+        .and_then(|e| e["msg"].as_str().map(str::to_string));
+    if let Some(trace) = crate::trace::of_call(
+        var("TRACEPARENT"),
+        var("TRACESTATE"),
+        &out.report,
+        started,
+        std::time::SystemTime::now(),
+        error.as_deref(),
+    ) {
+        crate::trace::export_detached(endpoint, &crate::trace::encode(&[trace]));
     }
 }
 

@@ -13,7 +13,14 @@
 //!   allowed, too slow, malformed or oversized requests);
 //! * `wasm_cni_ipam_addresses{network,plugin,state}`: allocated,
 //!   quarantined and free addresses, read from the state of every state
-//!   directory the daemon has served, at scrape time.
+//!   directory the daemon has served, at scrape time;
+//! * `wasm_cni_plugin_duration_seconds{plugin,verb}`: each plugin call of a
+//!   chain, IPAM delegates included (where a slow pod start went);
+//! * `wasm_cni_spans_exported_total`, `wasm_cni_spans_dropped_total`: trace
+//!   spans the collector took, and those dropped;
+//! * `wasm_cni_requests_in_flight`, `wasm_cni_start_time_seconds` and
+//!   `wasm_cni_build_info{version}`: what the daemon is doing now, since
+//!   when, and which build it is.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -73,9 +80,20 @@ pub struct Metrics {
     aborts: Family<Labels, Counter>,
     refused: Family<Labels, Counter>,
     addresses: Family<Labels, Gauge>,
+    plugin_durations: Family<Labels, Histogram, fn() -> Histogram>,
+    in_flight: Gauge,
+    spans_exported: Counter,
+    spans_dropped: Counter,
+    /// Plugin names used as labels so far: bounded, so that a daemon peer
+    /// naming ever new plugin types (an image entry's type is its choice)
+    /// cannot grow the daemon's series without end.
+    plugin_labels: Mutex<BTreeSet<String>>,
     /// State directories seen in requests, for the IPAM gauges.
     state_dirs: Mutex<BTreeSet<PathBuf>>,
 }
+
+/// Distinct `plugin` label values: far more plugin types than a node runs.
+const MAX_PLUGIN_LABELS: usize = 128;
 
 fn duration_histogram() -> Histogram {
     // 0.5 ms to about 16 s.
@@ -92,6 +110,20 @@ impl Metrics {
         let aborts = Family::<Labels, Counter>::default();
         let refused = Family::<Labels, Counter>::default();
         let addresses = Family::<Labels, Gauge>::default();
+        let plugin_durations = Family::<Labels, Histogram, fn() -> Histogram>::new_with_constructor(
+            duration_histogram,
+        );
+        let in_flight = Gauge::default();
+        let start_time = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        start_time.set(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
+        );
+        let build = prometheus_client::metrics::info::Info::new(vec![(
+            "version",
+            env!("CARGO_PKG_VERSION").to_string(),
+        )]);
         registry.register(
             "requests",
             "CNI requests served, by verb and outcome",
@@ -117,6 +149,34 @@ impl Metrics {
             "Addresses in the IPAM state, by network, plugin and state",
             addresses.clone(),
         );
+        registry.register(
+            "plugin_duration_seconds",
+            "Wall time of one plugin call, by plugin and verb (IPAM delegates apart)",
+            plugin_durations.clone(),
+        );
+        registry.register(
+            "requests_in_flight",
+            "Requests being served now",
+            in_flight.clone(),
+        );
+        registry.register(
+            "start_time_seconds",
+            "When the daemon started, in seconds since the Unix epoch",
+            start_time,
+        );
+        registry.register("build", "The daemon's version", build);
+        let spans_exported = Counter::default();
+        let spans_dropped = Counter::default();
+        registry.register(
+            "spans_exported",
+            "Trace spans the OTLP collector accepted",
+            spans_exported.clone(),
+        );
+        registry.register(
+            "spans_dropped",
+            "Trace spans dropped: the export queue full, or the collector down, slow or refusing",
+            spans_dropped.clone(),
+        );
         Metrics {
             registry,
             requests,
@@ -124,6 +184,11 @@ impl Metrics {
             aborts,
             refused,
             addresses,
+            plugin_durations,
+            in_flight,
+            plugin_labels: Mutex::new(BTreeSet::new()),
+            spans_exported,
+            spans_dropped,
             state_dirs: Mutex::new(BTreeSet::new()),
         }
     }
@@ -145,12 +210,16 @@ impl Metrics {
             .get_or_create(&vec![("verb", verb)])
             .observe(took.as_secs_f64());
         for step in &report.steps {
+            let plugin = self.plugin_label(&step.plugin);
+            self.plugin_durations
+                .get_or_create(&vec![
+                    ("plugin", plugin.clone()),
+                    ("verb", step.verb.to_string()),
+                ])
+                .observe(step.duration.as_secs_f64());
             if let Some(cause) = step.abort {
                 self.aborts
-                    .get_or_create(&vec![
-                        ("plugin", step.plugin.clone()),
-                        ("cause", cause.to_string()),
-                    ])
+                    .get_or_create(&vec![("plugin", plugin), ("cause", cause.to_string())])
                     .inc();
             }
         }
@@ -159,6 +228,40 @@ impl Metrics {
                 dirs.insert(dir.clone());
             }
         }
+    }
+
+    /// The counters a trace exporter reports to.
+    pub fn span_counts(&self) -> crate::trace::Counts {
+        let (exported, dropped) = (self.spans_exported.clone(), self.spans_dropped.clone());
+        crate::trace::Counts {
+            exported: std::sync::Arc::new(move |n| {
+                exported.inc_by(n);
+            }),
+            dropped: std::sync::Arc::new(move |n| {
+                dropped.inc_by(n);
+            }),
+        }
+    }
+
+    /// `name`, or `other` once [`MAX_PLUGIN_LABELS`] others are in use.
+    fn plugin_label(&self, name: &str) -> String {
+        let Ok(mut seen) = self.plugin_labels.lock() else {
+            return "other".into();
+        };
+        if seen.contains(name) {
+            return name.to_string();
+        }
+        if seen.len() >= MAX_PLUGIN_LABELS {
+            return "other".into();
+        }
+        seen.insert(name.to_string());
+        name.to_string()
+    }
+
+    /// Counts a request as in flight until the guard drops.
+    pub fn serving(&self) -> InFlight<'_> {
+        self.in_flight.inc();
+        InFlight(&self.in_flight)
     }
 
     pub fn refused(&self, reason: &'static str) {
@@ -204,6 +307,14 @@ impl Metrics {
             let _ = writeln!(out, "# encoding failed");
         }
         out
+    }
+}
+
+pub struct InFlight<'a>(&'a Gauge);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 
@@ -525,6 +636,7 @@ mod tests {
             index: 0,
             plugin: "bridge".into(),
             verb: "ADD",
+            started: std::time::SystemTime::now(),
             duration: Duration::from_millis(1),
             abort: Some("deadline"),
         });
@@ -537,10 +649,49 @@ mod tests {
             r#"wasm_cni_plugin_aborts_total{plugin="bridge",cause="deadline"} 1"#,
             r#"wasm_cni_refused_connections_total{reason="peer"} 1"#,
             r#"wasm_cni_request_duration_seconds_count{verb="ADD"} 2"#,
+            r#"wasm_cni_plugin_duration_seconds_count{plugin="bridge",verb="ADD"} 1"#,
+            "wasm_cni_requests_in_flight 0",
+            "wasm_cni_build_info{version=",
+            "wasm_cni_start_time_seconds ",
         ] {
             assert!(text.contains(line), "{line} not in\n{text}");
         }
         assert!(text.ends_with("# EOF\n"));
+        let serving = m.serving();
+        assert!(m.render().contains("wasm_cni_requests_in_flight 1"));
+        drop(serving);
+        assert!(m.render().contains("wasm_cni_requests_in_flight 0"));
+    }
+
+    #[test]
+    fn a_peer_naming_ever_new_plugins_does_not_grow_the_series_without_end() {
+        let m = Metrics::new();
+        for i in 0..1000 {
+            let r = Report {
+                command: Some(Command::Add),
+                steps: vec![StepReport {
+                    index: 0,
+                    plugin: format!("p{i}"),
+                    verb: "ADD",
+                    started: std::time::SystemTime::now(),
+                    duration: Duration::from_millis(1),
+                    abort: Some("trap"),
+                }],
+                ..Report::default()
+            };
+            m.observe(&r, Duration::from_millis(1));
+        }
+        let text = m.render();
+        let series = |prefix: &str| text.lines().filter(|l| l.starts_with(prefix)).count();
+        assert_eq!(
+            series("wasm_cni_plugin_aborts_total{"),
+            MAX_PLUGIN_LABELS + 1
+        );
+        assert_eq!(
+            series("wasm_cni_plugin_duration_seconds_count{"),
+            MAX_PLUGIN_LABELS + 1
+        );
+        assert!(text.contains(r#"wasm_cni_plugin_aborts_total{plugin="other",cause="trap"} 872"#));
     }
 
     #[test]

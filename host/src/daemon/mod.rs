@@ -73,6 +73,9 @@ pub struct Options {
     /// its own (never per probe), `Err` with the cause. None: ready once
     /// listening.
     pub ready_check: Option<ReadyCheck>,
+    /// Where trace spans go (OTLP/HTTP). Only the operator chooses: a
+    /// request's own config cannot point the daemon anywhere.
+    pub otlp_endpoint: Option<crate::trace::Endpoint>,
 }
 
 /// A readiness check: whether the node's network can serve ADD now.
@@ -104,6 +107,7 @@ impl Options {
             peer_dirs: edge::PeerDirs::default(),
             json_log: false,
             ready_check: None,
+            otlp_endpoint: None,
         }
     }
 }
@@ -114,6 +118,7 @@ struct Shared {
     host: Host,
     turns: Turns,
     metrics: Metrics,
+    traces: Option<crate::trace::Exporter>,
     slots: Arc<Slots>,
     conns: Conns,
     stopping: AtomicBool,
@@ -153,8 +158,17 @@ pub fn serve(opts: Options) -> Result<(), String> {
         .map_err(|e| format!("socket: {e}"))?;
     let host = Host::new();
     host.warm().map_err(|e| e.to_string())?;
+    let metrics = Metrics::new();
+    let traces = match opts.otlp_endpoint.clone() {
+        Some(e) => Some(
+            crate::trace::Exporter::start(e, metrics.span_counts())
+                .map_err(|e| format!("cannot start the trace exporter: {e}"))?,
+        ),
+        None => None,
+    };
     let shared = Arc::new(Shared {
-        metrics: Metrics::new(),
+        metrics,
+        traces,
         slots: Arc::new(Slots::new(opts.max_concurrent.max(1))),
         turns: Turns::default(),
         conns: Conns::default(),
@@ -547,6 +561,7 @@ fn handle(shared: &Shared, stream: UnixStream, mut peer: Peer, guard: ConnGuard)
         shared.metrics.refused("stopping");
         return answer(&stream, stopping(), cni_version.as_deref());
     }
+    let serving = shared.metrics.serving();
     let (out, logged) = log::capture(level, || {
         edge::run_for(
             &shared.host,
@@ -555,6 +570,25 @@ fn handle(shared: &Shared, stream: UnixStream, mut peer: Peer, guard: ConnGuard)
             Some(&peer),
         )
     });
+    drop(serving);
+    if let Some(traces) = &shared.traces {
+        let var = |k: &str| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        let error = (out.exit_code != 0)
+            .then(|| serde_json::from_str::<serde_json::Value>(&out.stdout).ok())
+            .flatten()
+            .and_then(|e| e["msg"].as_str().map(str::to_string));
+        let now = std::time::SystemTime::now();
+        if let Some(t) = crate::trace::of_call(
+            var("TRACEPARENT"),
+            var("TRACESTATE"),
+            &out.report,
+            now - started.elapsed(),
+            now,
+            error.as_deref(),
+        ) {
+            traces.submit(t);
+        }
+    }
     // Counted and logged before the answer goes out: a client holding its
     // answer (or a test, or an operator's script) finds both already there.
     let took = started.elapsed();

@@ -43,6 +43,9 @@ pub const TEST_PACKAGES: &[&str] = &[
     // The kubelet's runtime: containerd 1.6's CRI runs pods on the node the
     // DaemonSet installs (and `ctr` loads the offline pause image).
     "containerd",
+    // A real Prometheus scrapes the daemon and answers the Grafana
+    // dashboard's queries (host/deploy/dashboards).
+    "prometheus",
 ];
 
 pub fn run(extra: &[&str]) -> Result<()> {
