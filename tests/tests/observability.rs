@@ -387,7 +387,8 @@ fn a_chain_call_arrives_as_one_trace_under_the_runtimes_span() {
     .assert_ok();
 
     // Through the daemon: the daemon's endpoint, whatever the call's
-    // environment says (a peer does not choose where the daemon connects).
+    // environment or config says (a peer does not choose where the daemon
+    // connects).
     let daemon = Daemon::start(
         &pod.node.name,
         &[
@@ -397,7 +398,8 @@ fn a_chain_call_arrives_as_one_trace_under_the_runtimes_span() {
             "tcp:127.0.0.1:19753",
         ],
     );
-    let dconf = daemon.conf(&conf, "require");
+    let mut dconf = daemon.conf(&conf, "require");
+    dconf["tracing"] = json!({"endpoint": "http://127.0.0.1:1"});
     let tp = traceparent(TRACE_B, RUNTIME_SPAN, true);
     pod.run(
         Invocation::new("DEL")
