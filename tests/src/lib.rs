@@ -520,6 +520,24 @@ pub fn sh(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// A virtualenv under target/`name` with `package` from PyPI, made on
+/// first use (the tests install what they need); its directory.
+pub fn python_venv(name: &str, package: &str) -> PathBuf {
+    let venv = workspace_root().join("target").join(name);
+    let done = venv.join(".installed");
+    if std::fs::read_to_string(&done).ok().as_deref() != Some(package) {
+        sh(&["python3", "-m", "venv", venv.to_str().expect("utf-8 path")]);
+        sh(&[
+            venv.join("bin/pip").to_str().expect("utf-8 path"),
+            "install",
+            "--quiet",
+            package,
+        ]);
+        std::fs::write(&done, package).expect("mark the virtualenv");
+    }
+    venv
+}
+
 /// A network namespace made for one test, deleted on drop (also when the
 /// test fails), with everything in it.
 pub struct Netns {

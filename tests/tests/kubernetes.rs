@@ -19,7 +19,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use wasm_cni_cri::{pause_image, Containerd, Cri};
-use wasm_cni_tests::{is_root, sh, workspace_root, Installed, KubeApi, Netns, TempDir};
+use wasm_cni_tests::{
+    is_root, python_venv, sh, workspace_root, Installed, KubeApi, Netns, TempDir,
+};
 
 fn manifests() -> Vec<PathBuf> {
     let dir = workspace_root().join("host/deploy/kubernetes");
@@ -66,18 +68,8 @@ fn find<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
 /// `kubernetes-validate`, from PyPI, in a virtualenv under target/ made
 /// on first use (the test installs what it needs).
 fn validator() -> PathBuf {
-    let venv = workspace_root().join("target/kubernetes-validate");
-    let bin = venv.join("bin/kubernetes-validate");
-    if !bin.is_file() {
-        sh(&["python3", "-m", "venv", venv.to_str().unwrap()]);
-        sh(&[
-            venv.join("bin/pip").to_str().unwrap(),
-            "install",
-            "--quiet",
-            "kubernetes-validate==1.37.0",
-        ]);
-    }
-    bin
+    python_venv("kubernetes-validate", "kubernetes-validate==1.37.0")
+        .join("bin/kubernetes-validate")
 }
 
 #[test]
@@ -630,44 +622,32 @@ fn containerd_runs_pods_on_the_daemonset_through_an_upgrade_and_uninstall() {
         ])
     };
     assert!(get("/healthz").ends_with("ok\n 200"), "{}", get("/healthz"));
-    let started = Instant::now();
-    while !get("/readyz").ends_with(" 200") {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "{}",
-            get("/readyz")
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    // `/readyz` once it answers `status` (20 s at most).
+    let readyz = |status: &str| -> String {
+        let started = Instant::now();
+        loop {
+            let r = get("/readyz");
+            if r.ends_with(&format!(" {status}")) {
+                return r;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "not {status}: {r}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    readyz("200");
     // A component that no longer compiles makes the node's network not
     // ready, with the cause; liveness stays.
     let bridge = node.dir("/opt/cni/wasm").join("bridge.wasm");
     let good = fs::read(&bridge).unwrap();
     fs::write(&bridge, b"\0asm not a component").unwrap();
-    let started = Instant::now();
-    let cause = loop {
-        let r = get("/readyz");
-        if r.ends_with(" 503") {
-            break r;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "still ready: {r}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let cause = readyz("503");
     assert!(cause.contains("bridge"), "{cause}");
     assert!(get("/healthz").ends_with(" 200"));
     fs::write(&bridge, &good).unwrap();
-    let started = Instant::now();
-    while !get("/readyz").ends_with(" 200") {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "{}",
-            get("/readyz")
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    readyz("200");
     // Hostile: probes cost the daemon no STATUS each; 200 of them in a
     // row add at most the checker's own (one per 3 s).
     let statuses = || -> u64 {

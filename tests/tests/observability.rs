@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use wasm_cni_tests::{
-    fixture, is_root, plugin, sh, workspace_root, Daemon, Invocation, Netns, Output, Pod, Sandbox,
-    TempDir,
+    fixture, is_root, plugin, python_venv, workspace_root, Daemon, Invocation, Netns, Output, Pod,
+    Sandbox, TempDir,
 };
 
 const METRICS: &str = "127.0.0.1:19751";
@@ -207,19 +207,7 @@ fn prometheus_answers_every_dashboard_panel_from_a_live_daemon() {
 /// PyPI's `opentelemetry-proto` in a virtualenv under target/, made on
 /// first use.
 fn otlp_python() -> std::path::PathBuf {
-    let venv = workspace_root().join("target/otlp-proto");
-    let python = venv.join("bin/python");
-    if !venv.join("ok").is_file() {
-        sh(&["python3", "-m", "venv", venv.to_str().unwrap()]);
-        sh(&[
-            venv.join("bin/pip").to_str().unwrap(),
-            "install",
-            "--quiet",
-            "opentelemetry-proto==1.45.2",
-        ]);
-        std::fs::write(venv.join("ok"), b"").unwrap();
-    }
-    python
+    python_venv("otlp-proto", "opentelemetry-proto==1.45.2").join("bin/python")
 }
 
 /// The stand-in collector on 127.0.0.1:`port` of `node`; killed on drop.
