@@ -18,6 +18,7 @@ mod proc;
 mod scenarios;
 mod soak;
 mod stats;
+mod tracing;
 
 use std::fmt::Write as _;
 use std::io;
@@ -70,6 +71,9 @@ struct Args {
     /// Rounds of item 10 per side.
     #[arg(long, default_value_t = 3)]
     pod_rounds: usize,
+    /// Rounds of item 11 (tracing off and on) per side.
+    #[arg(long, default_value_t = 30)]
+    trace_rounds: usize,
     /// ADD/DEL cycles through the daemon in item 9.
     #[arg(long, default_value_t = 10_000)]
     soak_cycles: usize,
@@ -78,7 +82,8 @@ struct Args {
     soak_every: usize,
     /// Only these items (1 cycle, 2 chain, 3 floor, 4 components, 5 ipam,
     /// 6 netavark, 7 filtered chain, 8 IPAM on etcd, 9 the daemon over
-    /// many cycles, 10 pods at once through containerd's CRI); 3 runs with 1.
+    /// many cycles, 10 pods at once through containerd's CRI, 11 what
+    /// tracing costs a call); 3 runs with 1.
     #[arg(long, value_delimiter = ',')]
     only: Vec<u8>,
     /// podman's network backend, the peer of item 6.
@@ -429,6 +434,12 @@ fn run(args: &Args) -> io::Result<()> {
         }
     }
 
+    if want(args, 11) {
+        eprintln!("bench: 11 tracing off and on, {} rounds", args.trace_rounds);
+        bury();
+        report.tracing = Some(tracing::measure(&progs, &work, args.trace_rounds.max(1))?);
+    }
+
     drop(daemon);
     bury();
     if want(args, 9) {
@@ -559,6 +570,8 @@ struct Report {
     soak: Option<soak::Soak>,
     /// Item 10: pods at once through containerd's CRI, per side.
     pods: Option<[pods::Burst; 4]>,
+    /// Item 11: ADD wall (ms) with tracing off and on, per side.
+    tracing: Option<[Vec<f64>; 4]>,
 }
 
 /// Bytes on disk of what a node installs.
@@ -1326,6 +1339,41 @@ impl Report {
                     value: format!("{fds:+}"),
                     target: "0".into(),
                     met: fds <= 0,
+                });
+            }
+        }
+        if let Some(sides) = &self.tracing {
+            let _ = writeln!(
+                body,
+                "\n## 11. What tracing costs a call\n\n\
+                 bridge + host-local ADD then DEL in one node namespace whose loopback has a \
+                 live OTLP sink (answers 200 to every export), a fresh container namespace per \
+                 run, {} rounds with the sides rotated (one unmeasured round first). Per \
+                 invocation: the runtime's `TRACEPARENT` and `OTEL_EXPORTER_OTLP_ENDPOINT` \
+                 (\"on\") or neither (\"off\"); through the daemon: two daemons in the node, \
+                 one started with `--otlp-endpoint`. ADD wall, ms, median (p25–p75); on ÷ off \
+                 is the median of per-round ratios.\n\n\
+                 | | ADD wall, ms | on ÷ off |\n|---|---|---|",
+                sides[0].len(),
+            );
+            for (i, side) in tracing::SIDES.iter().enumerate() {
+                let ratio = match i {
+                    1 | 3 => ratio_cell(&paired_ratio(&sides[i - 1], &sides[i])),
+                    _ => String::new(),
+                };
+                let _ = writeln!(
+                    body,
+                    "| {side} | {} | {ratio} |",
+                    cell(&summarize(&sides[i]))
+                );
+            }
+            for (what, off, on) in [("per-invocation", 0, 1), ("daemon", 2, 3)] {
+                let r = paired_ratio(&sides[off], &sides[on]).median;
+                heads.push(Headline {
+                    what: format!("tracing on (live collector) ÷ off, {what} ADD wall"),
+                    value: format!("{}×", num(r)),
+                    target: "(cost of tracing)".into(),
+                    met: true,
                 });
             }
         }
