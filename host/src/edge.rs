@@ -80,11 +80,19 @@ pub struct Host {
     filter_sockets: Arc<SocketPool>,
     /// Cluster stores by config: the daemon keeps its etcd connections.
     etcd: Mutex<HashMap<EtcdConfig, Arc<EtcdStore>>>,
+    /// Calls are traced: keep the host's work per plugin call.
+    traced: bool,
 }
 
 impl Host {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A host whose calls keep what they do for their traces.
+    pub fn traced(mut self, traced: bool) -> Self {
+        self.traced = traced;
+        self
     }
 
     /// Make the engine now rather than on the first call.
@@ -425,7 +433,8 @@ fn dispatch(
         store,
         Box::new(KernelNet::new()),
     )
-    .with_filter(Box::new(KernelFilter::pooled(host.filter_sockets.clone())));
+    .with_filter(Box::new(KernelFilter::pooled(host.filter_sockets.clone())))
+    .with_host_work(host.traced);
     // Native plugins run with the daemon's privileges: only for a peer that
     // has them (the program and CNI_PATH are the peer's choice).
     let exec = match peer {

@@ -172,8 +172,17 @@ pub struct Span {
     pub start: SystemTime,
     pub end: SystemTime,
     pub attributes: Vec<(&'static str, Value)>,
+    pub events: Vec<Event>,
     /// `Some(message)`: the span failed.
     pub error: Option<String>,
+}
+
+/// Something that happened at a point in a span (a policy refusal).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    pub at: SystemTime,
+    pub name: &'static str,
+    pub attributes: Vec<(&'static str, Value)>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -255,6 +264,7 @@ pub fn of_call(
         start,
         end,
         attributes,
+        events: Vec::new(),
         error: error
             .map(str::to_string)
             .or_else(|| report.error_code.map(|c| format!("CNI error code {c}"))),
@@ -285,6 +295,35 @@ pub fn of_call(
         if let Some(cause) = step.abort {
             attributes.push(("wasm_cni.abort", Value::Str(cause.to_string())));
         }
+        if let Some(d) = &step.digest {
+            attributes.push(("wasm_cni.component.sha256", Value::Str(d.clone())));
+        }
+        // The host's work for the plugin: each kernel, packet-filter or
+        // store operation a child; each refusal by the policy an event.
+        let mut events = Vec::new();
+        for w in &step.host_work {
+            if w.refused {
+                events.push(Event {
+                    at: w.started,
+                    name: "refused by the host's policy",
+                    attributes: vec![
+                        ("wasm_cni.host", Value::Str(w.kind.to_string())),
+                        ("wasm_cni.reason", Value::Str(w.what.clone())),
+                    ],
+                });
+                continue;
+            }
+            spans.push(Span {
+                span_id: random::<8>(),
+                parent_id: *id,
+                name: format!("{} {}", w.kind, w.what),
+                start: w.started,
+                end: w.started + w.took,
+                attributes: vec![("wasm_cni.host", Value::Str(w.kind.to_string()))],
+                events: Vec::new(),
+                error: None,
+            });
+        }
         spans.push(Span {
             span_id: *id,
             parent_id: parent,
@@ -292,6 +331,7 @@ pub fn of_call(
             start: step.started,
             end: step_end,
             attributes,
+            events,
             error: step.abort.map(|c| format!("stopped by the host: {c}")),
         });
     }
@@ -370,6 +410,16 @@ fn span(trace: &Trace, s: &Span) -> Vec<u8> {
     fixed64(&mut out, 8, nanos(s.end));
     for (k, v) in &s.attributes {
         bytes_field(&mut out, 9, &key_value(k, v));
+    }
+    // Span.Event { time_unix_nano = 1; name = 2; attributes = 3 }.
+    for e in &s.events {
+        let mut ev = Vec::new();
+        fixed64(&mut ev, 1, nanos(e.at));
+        bytes_field(&mut ev, 2, e.name.as_bytes());
+        for (k, v) in &e.attributes {
+            bytes_field(&mut ev, 3, &key_value(k, v));
+        }
+        bytes_field(&mut out, 11, &ev);
     }
     // Status { message = 2; code = 3 }: OK = 1, ERROR = 2.
     let mut status = Vec::new();
@@ -685,6 +735,8 @@ mod tests {
             started: t0 + ms(start),
             duration: ms(dur),
             abort: None,
+            digest: None,
+            host_work: Vec::new(),
         };
         let report = Report {
             command: Some(Command::Add),

@@ -321,6 +321,7 @@ fn tracing_node(tag: &str) -> (Sandbox, Pod) {
     sb.install(&plugin("bridge"), "bridge");
     sb.install(&plugin("host-local"), "host-local");
     sb.install(&fixture("fx-hostile"), "fx-hostile");
+    sb.install(&fixture("fx-net"), "fx-net");
     (sb, Pod::new(tag))
 }
 
@@ -337,6 +338,7 @@ const TRACE_A: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const TRACE_B: &str = "5ca03a4688c45eb7b4df030e1f1f5847";
 const TRACE_C: &str = "6db14b5799d56fc8c5e0141f20206958";
 const TRACE_D: &str = "7ec25c68aae670d9d6f1252031317a69";
+const TRACE_E: &str = "8fd36d79bbf781eae7023631424287b7";
 const RUNTIME_SPAN: &str = "00f067aa0ba902b7";
 
 #[test]
@@ -362,6 +364,36 @@ fn a_chain_call_arrives_as_one_trace_under_the_runtimes_span() {
     let spans = collector.trace(TRACE_A, 3);
     assert_chain_trace(&spans, "ADD", RUNTIME_SPAN, "t1");
     assert!(spans.iter().all(|s| s["traceState"] == "vendor=opaque"));
+    // The host's work, under the plugin it was done for: the kernel's for
+    // bridge, the store's for host-local; each plugin's component digest.
+    let bridge = by_name(&spans, "bridge ADD");
+    let ipam = by_name(&spans, "host-local ADD");
+    let under = |parent: &Value, kind: &str| -> Vec<String> {
+        spans
+            .iter()
+            .filter(|s| {
+                s["parentSpanId"] == parent["spanId"] && s["attributes"]["wasm_cni.host"] == kind
+            })
+            .map(|s| s["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let netlink = under(bridge, "netlink");
+    assert!(
+        netlink.iter().any(|n| n.starts_with("netlink create ")),
+        "{netlink:?}"
+    );
+    assert!(
+        under(ipam, "store")
+            .iter()
+            .any(|n| n.contains("trnet/host-local")),
+        "{spans:?}"
+    );
+    for s in [bridge, ipam] {
+        let digest = s["attributes"]["wasm_cni.component.sha256"]
+            .as_str()
+            .unwrap_or_default();
+        assert_eq!(digest.len(), 64, "{s}");
+    }
     // Disabled the standard way: nothing.
     let off = traceparent(TRACE_D, RUNTIME_SPAN, true);
     pod.run(
@@ -433,6 +465,37 @@ fn a_chain_call_arrives_as_one_trace_under_the_runtimes_span() {
     let plugin = by_name(&spans, "fx-hostile ADD");
     assert_eq!(plugin["attributes"]["wasm_cni.abort"], "deadline");
     assert_eq!(plugin["status"]["code"], 2);
+    // A request the host's policy refuses: an event on the plugin's span.
+    let mut net = daemon.conf(
+        &sb.conf(
+            "1.1.0",
+            "trpol",
+            json!([{"type": "fx-net", "strict": true, "ops": [],
+                    "checkOps": [{"op": "create-veth", "ns": "node", "name": "trz0",
+                                  "peer": "trz1", "peer-ns": "node"}]}]),
+        ),
+        "require",
+    );
+    pod.run(Invocation::new("ADD").id("t3"), &net).assert_ok();
+    let tp = traceparent(TRACE_E, RUNTIME_SPAN, true);
+    let out = pod.run(
+        Invocation::new("CHECK").id("t3").env("TRACEPARENT", &tp),
+        &net,
+    );
+    assert_eq!(out.error_code(), 999, "{out:?}");
+    let spans = collector.trace(TRACE_E, 2);
+    let check = by_name(&spans, "fx-net CHECK");
+    let event = &check["events"][0];
+    assert_eq!(event["name"], "refused by the host's policy", "{check}");
+    assert!(
+        event["attributes"]["wasm_cni.reason"]
+            .as_str()
+            .unwrap()
+            .contains("links are created during ADD only"),
+        "{event}"
+    );
+    net["chain"][0]["checkOps"] = json!([]);
+    pod.run(Invocation::new("DEL").id("t3"), &net).assert_ok();
     assert!(
         collector.spans().iter().all(|s| s["traceId"] != TRACE_D),
         "unsampled or disabled calls were exported"

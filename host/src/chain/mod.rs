@@ -88,6 +88,8 @@ pub struct Executor {
     /// Every plugin call made so far, in order.
     steps: Steps,
     faults: Option<Arc<Faults>>,
+    /// Keep the host's work per plugin call (the call is traced).
+    trace_work: bool,
 }
 
 /// Where plugin calls are reported, IPAM delegates' included.
@@ -102,6 +104,10 @@ pub struct StepReport {
     pub verb: &'static str,
     /// Wall-clock start (for trace spans).
     pub started: std::time::SystemTime,
+    /// The component's sha256 (none for a native plugin).
+    pub digest: Option<String>,
+    /// What the host did for it, kept only for a traced call.
+    pub host_work: Vec<crate::sandbox::HostWork>,
     pub duration: Duration,
     /// Why the host stopped the plugin (`AbortCause::kind`), if it did.
     pub abort: Option<&'static str>,
@@ -134,6 +140,7 @@ impl Executor {
             natives: native::Natives::default(),
             steps: Steps::default(),
             faults: None,
+            trace_work: false,
         }
     }
 
@@ -168,6 +175,13 @@ impl Executor {
             path: Vec::new(),
             refused: Some(why),
         };
+        self
+    }
+
+    /// Keep what the host does for each plugin call in its report (for a
+    /// traced call; otherwise nothing is kept).
+    pub fn with_host_work(mut self, keep: bool) -> Self {
+        self.trace_work = keep;
         self
     }
 
@@ -1031,6 +1045,7 @@ impl Executor {
             valid,
         );
         services.faults = self.faults.clone();
+        services.trace_work = self.trace_work;
         services
     }
 
@@ -1051,7 +1066,13 @@ impl Executor {
             .map_err(|e| HostError::internal(format!("serialising plugin config: {e}")))
     }
 
-    fn report(&self, step: &Step<'_>, started: Instant, abort: Option<&'static str>) {
+    fn report(
+        &self,
+        step: &Step<'_>,
+        started: Instant,
+        abort: Option<&'static str>,
+        ran: Option<(&crate::sandbox::Plugin, &StepServices)>,
+    ) {
         if let Ok(mut steps) = self.steps.lock() {
             steps.push(StepReport {
                 index: step.index,
@@ -1060,6 +1081,8 @@ impl Executor {
                 started: wall_start(started),
                 duration: started.elapsed(),
                 abort,
+                digest: ran.map(|(p, _)| p.digest.clone()),
+                host_work: ran.map(|(_, s)| s.take_work()).unwrap_or_default(),
             });
         }
     }
@@ -1101,7 +1124,7 @@ impl Executor {
                     &self.conf.cni_version,
                     Duration::from_millis(deadline),
                 );
-                self.report(step, started, None);
+                self.report(step, started, None, None);
                 return out.map_err(at);
             }
             Err(e) => return Err(at(e.into())),
@@ -1129,7 +1152,7 @@ impl Executor {
             Err(CallError::Aborted { cause, .. }) => Some(cause.kind()),
             _ => None,
         };
-        self.report(step, started, abort);
+        self.report(step, started, abort, Some((&plugin, &services)));
         match outcome {
             Ok(Some(r)) => {
                 let r = convert::from_wit(r);

@@ -11,10 +11,13 @@ use crate::cni::config::{ChainEntry, Limits as ConfLimits};
 use crate::cni::{CniError, Command, ErrorCode};
 use crate::error::HostError;
 use crate::sandbox::{
-    convert, wit, Call, CallError, CniResultWit, Faults, IpamOp, Limits, NetAccess, Runtime,
-    Services, StoreAccess,
+    convert, wit, Call, CallError, CniResultWit, Faults, HostWork, IpamOp, Limits, NetAccess,
+    Runtime, Services, StoreAccess,
 };
 use crate::store::{Owner, Scope, StateStore};
+
+/// Host work kept per plugin call for its trace.
+const MAX_WORK: usize = 256;
 
 pub(super) struct StepServices {
     runtime: Arc<Runtime>,
@@ -44,6 +47,9 @@ pub(super) struct StepServices {
     held: Mutex<Option<String>>,
     /// Shared with the delegate: calls are counted across the chain.
     pub(super) faults: Option<Arc<Faults>>,
+    /// Whether the host's work is kept for the trace, and what it was.
+    pub(super) trace_work: bool,
+    pub(super) work: Mutex<Vec<HostWork>>,
 }
 
 impl StepServices {
@@ -106,7 +112,17 @@ impl StepServices {
                 .unwrap_or_default(),
             held: Mutex::new(None),
             faults: None,
+            trace_work: false,
+            work: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The host work recorded so far, taken.
+    pub(super) fn take_work(&self) -> Vec<HostWork> {
+        self.work
+            .lock()
+            .map(|mut w| std::mem::take(&mut *w))
+            .unwrap_or_default()
     }
 
     /// The IPAM type still holding an allocation made in this step.
@@ -193,11 +209,15 @@ impl StepServices {
             cni_version: self.cni_version.clone(),
             held: Mutex::new(None),
             faults: self.faults.clone(),
+            trace_work: self.trace_work,
+            work: Mutex::new(Vec::new()),
         });
         let started = Instant::now();
-        let outcome = self.runtime.call(&plugin, limits, inner, call);
+        let outcome = self.runtime.call(&plugin, limits, inner.clone(), call);
         if let Ok(mut steps) = self.steps.1.lock() {
             steps.push(StepReport {
+                host_work: inner.take_work(),
+                digest: Some(plugin.digest.clone()),
                 index: self.steps.0,
                 plugin: ipam_type.to_string(),
                 verb: self.command.as_str(),
@@ -227,6 +247,20 @@ fn allowed(command: Command, op: IpamOp) -> bool {
 impl Services for StepServices {
     fn net(&self) -> Option<NetAccess> {
         self.net.clone()
+    }
+
+    fn wants_work(&self) -> bool {
+        self.trace_work
+    }
+
+    fn record(&self, work: HostWork) {
+        if let Ok(mut w) = self.work.lock() {
+            // A plugin looping on refused calls is bounded by its host-call
+            // budget; this bounds what one call keeps for its trace.
+            if w.len() < MAX_WORK {
+                w.push(work);
+            }
+        }
     }
 
     fn faults(&self) -> Option<Arc<Faults>> {

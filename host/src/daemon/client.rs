@@ -27,7 +27,10 @@ fn in_process(why: forward::Local, vars: Vec<(String, String)>, stdin: Vec<u8>) 
     // Without an endpoint, tracing costs nothing more than this look.
     let traced = trace_endpoint(&vars, &stdin).map(|e| (e, vars.clone()));
     let started = std::time::SystemTime::now();
-    let out = edge::run(vars, &mut stdin.as_slice());
+    let out = match &traced {
+        Some(_) => edge::run_on(&edge::Host::new().traced(true), vars, &mut stdin.as_slice()),
+        None => edge::run(vars, &mut stdin.as_slice()),
+    };
     if let Some((endpoint, vars)) = traced {
         export(&endpoint, &vars, &out, started);
     }

@@ -639,6 +639,8 @@ mod tests {
             started: std::time::SystemTime::now(),
             duration: Duration::from_millis(1),
             abort: Some("deadline"),
+            digest: None,
+            host_work: Vec::new(),
         });
         m.observe(&r, Duration::from_millis(3));
         m.refused("peer");
@@ -676,6 +678,8 @@ mod tests {
                     started: std::time::SystemTime::now(),
                     duration: Duration::from_millis(1),
                     abort: Some("trap"),
+                    digest: None,
+                    host_work: Vec::new(),
                 }],
                 ..Report::default()
             };

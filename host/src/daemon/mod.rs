@@ -156,7 +156,7 @@ pub fn serve(opts: Options) -> Result<(), String> {
     listener
         .set_nonblocking(true)
         .map_err(|e| format!("socket: {e}"))?;
-    let host = Host::new();
+    let host = Host::new().traced(opts.otlp_endpoint.is_some());
     host.warm().map_err(|e| e.to_string())?;
     let metrics = Metrics::new();
     let traces = match opts.otlp_endpoint.clone() {

@@ -3,6 +3,7 @@
 //! links); the backend writes the attachment's tag into each rule.
 
 use std::net::IpAddr;
+use std::time::Instant;
 
 use super::bindings::cni::plugin::filter::{
     FilterError as WitError, Host, Protocol as WitProto, Rule as WitRule,
@@ -153,13 +154,34 @@ impl Ctx {
             Ok(b) => b,
             Err(_) => return Err(wasmtime::Error::msg("filter backend poisoned")),
         };
+        let started = Instant::now();
+        let what = || {
+            format!(
+                "{op:?} {} rule(s): {}",
+                parsed.len(),
+                parsed.first().map(ToString::to_string).unwrap_or_default()
+            )
+        };
+        let done = self.filter_op(&mut **backend, &fa, &access, &parsed, op);
+        drop(backend);
+        self.record("nftables", what, started, false);
+        done
+    }
+
+    fn filter_op(
+        &self,
+        backend: &mut dyn crate::filter::Filter,
+        fa: &FilterAccess,
+        access: &NetAccess,
+        parsed: &[Rule],
+        op: FilterOp,
+    ) -> R<()> {
         match op {
             FilterOp::Add => {
-                let fresh = match backend.add(&fa.tag, &parsed) {
+                let fresh = match backend.add(&fa.tag, parsed) {
                     Ok(f) => f,
-                    Err(e) => return Ok(Err(to_wit(e, &fa))),
+                    Err(e) => return Ok(Err(to_wit(e, fa))),
                 };
-                drop(backend);
                 // The host's own settings for these rules (route_localnet)
                 // are made when the ADD completes, in its scope and
                 // recorded with it (chain/effects.rs).
@@ -169,9 +191,9 @@ impl Ctx {
                 Ok(Ok(()))
             }
             FilterOp::Check => {
-                let present = match backend.present(&fa.tag, &parsed) {
+                let present = match backend.present(&fa.tag, parsed) {
                     Ok(p) => p,
-                    Err(e) => return Ok(Err(to_wit(e, &fa))),
+                    Err(e) => return Ok(Err(to_wit(e, fa))),
                 };
                 match parsed.iter().zip(present).find(|(_, there)| !there) {
                     Some((rule, _)) => Ok(Err(WitError::Missing(format!(
@@ -180,14 +202,15 @@ impl Ctx {
                     None => Ok(Ok(())),
                 }
             }
-            FilterOp::Remove => match backend.remove(&fa.tag, &parsed) {
+            FilterOp::Remove => match backend.remove(&fa.tag, parsed) {
                 Ok(_) => Ok(Ok(())),
-                Err(e) => Ok(Err(to_wit(e, &fa))),
+                Err(e) => Ok(Err(to_wit(e, fa))),
             },
         }
     }
 
     fn refuse_filter(&self, why: &str) -> WitError {
+        self.record("nftables", || why.to_string(), Instant::now(), true);
         log::warn(format_args!("plugin {}: refused: {why}", self.plugin));
         WitError::Refused(why.to_string())
     }

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use wasmtime::component::Resource;
 
@@ -508,7 +509,10 @@ impl Ctx {
                     {
                         return Ok(Err(WitError::NotFound(format!("link {name:?}"))))
                     }
-                    _ => return Ok(Err(self.refuse(why))),
+                    _ => {
+                        self.record("netlink", || why.clone(), Instant::now(), true);
+                        return Ok(Err(self.refuse(why)));
+                    }
                 },
             };
             let place = ask.place();
@@ -534,7 +538,9 @@ impl Ctx {
         let more = Made::of(asks);
         let made = access.ledger.lock().map(|l| l.made).unwrap_or_default();
         if let Some(why) = made.over(&more) {
-            return Ok(Err(self.refuse(format!("{}: {why}", describe(asks)))));
+            let why = format!("{}: {why}", describe(asks));
+            self.record("netlink", || why.clone(), Instant::now(), true);
+            return Ok(Err(self.refuse(why)));
         }
         if self.inject(|| describe(asks)) {
             return Ok(Err(WitError::Kernel((
@@ -542,7 +548,15 @@ impl Ctx {
                 "Cannot allocate memory (injected)".into(),
             ))));
         }
-        match op(backend.as_mut(), &journal) {
+        let started = Instant::now();
+        let done = op(backend.as_mut(), &journal);
+        self.record(
+            "netlink",
+            || describe(asks).trim_start_matches("network ").to_string(),
+            started,
+            false,
+        );
+        match done {
             Ok((value, changes)) => {
                 if let Ok(mut l) = access.ledger.lock() {
                     l.changes.extend(changes);

@@ -100,10 +100,22 @@ impl Ctx {
             } else {
                 crate::store::View::Whole
             };
-            match access
+            let started = std::time::Instant::now();
+            let opened = access
                 .backend
-                .begin_for(&access.scope, Some(self.deadline), view)
-            {
+                .begin_for(&access.scope, Some(self.deadline), view);
+            self.record(
+                "store",
+                || {
+                    format!(
+                        "read {}/{} under its lock",
+                        access.scope.network, access.scope.plugin
+                    )
+                },
+                started,
+                false,
+            );
+            match opened {
                 Ok(mut t) => {
                     self.narrowed = t.narrowed();
                     self.scope_bytes = scope_bytes(t.data());

@@ -66,6 +66,26 @@ pub trait Services: Send + Sync {
     fn faults(&self) -> Option<Arc<Faults>> {
         None
     }
+    /// Whether this call's host work is wanted ([`Services::record`]): only
+    /// when the call is traced, so that an untraced call pays nothing.
+    fn wants_work(&self) -> bool {
+        false
+    }
+    /// What the host did for the plugin (or refused it), as it happens.
+    fn record(&self, _work: HostWork) {}
+}
+
+/// One piece of host work for a plugin call, for its trace.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostWork {
+    /// `netlink`, `nftables` or `store`.
+    pub kind: &'static str,
+    /// What was asked (`create veth0 (container)`); for a refusal, why.
+    pub what: String,
+    pub started: std::time::SystemTime,
+    pub took: std::time::Duration,
+    /// The policy refused it: nothing was done.
+    pub refused: bool,
 }
 
 pub type CniResultWit = wit::CniResult;

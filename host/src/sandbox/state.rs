@@ -113,6 +113,25 @@ impl Ctx {
         self.faults.as_ref().is_some_and(|f| f.next(what))
     }
 
+    /// Report host work to the call's services, when they want it.
+    pub(crate) fn record(
+        &self,
+        kind: &'static str,
+        what: impl FnOnce() -> String,
+        started: Instant,
+        refused: bool,
+    ) {
+        if self.services.wants_work() {
+            self.services.record(super::HostWork {
+                kind,
+                what: what(),
+                started: std::time::SystemTime::now() - started.elapsed(),
+                took: started.elapsed(),
+                refused,
+            });
+        }
+    }
+
     /// Account for one host call; trap once the budget is spent so a plugin
     /// cannot keep the host busy in a loop of cheap imports.
     pub(crate) fn charge(&mut self) -> wasmtime::Result<()> {
