@@ -523,6 +523,9 @@ pub fn sh(args: &[&str]) -> String {
 /// A virtualenv under target/`name` with `package` from PyPI, made on
 /// first use (the tests install what they need); its directory.
 pub fn python_venv(name: &str, package: &str) -> PathBuf {
+    // Tests of one binary run as threads: one makes it, the others wait.
+    static MAKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _making = MAKING.lock().unwrap_or_else(|e| e.into_inner());
     let venv = workspace_root().join("target").join(name);
     let done = venv.join(".installed");
     if std::fs::read_to_string(&done).ok().as_deref() != Some(package) {
