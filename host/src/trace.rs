@@ -342,6 +342,35 @@ pub fn of_call(
     })
 }
 
+/// [`of_call`] for a served request, its trace context read from the
+/// request's environment.
+pub fn of_request(
+    vars: &[(String, String)],
+    report: &Report,
+    start: SystemTime,
+    end: SystemTime,
+    error: Option<&str>,
+) -> Option<Trace> {
+    let var = |k: &str| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    of_call(
+        var("TRACEPARENT"),
+        var("TRACESTATE"),
+        report,
+        start,
+        end,
+        error,
+    )
+}
+
+/// The message of a failed call's CNI error (what it printed), for its
+/// span's status.
+pub fn error_of(exit_code: i32, stdout: &str) -> Option<String> {
+    (exit_code != 0)
+        .then(|| serde_json::from_str::<serde_json::Value>(stdout).ok())
+        .flatten()
+        .and_then(|e| e["msg"].as_str().map(str::to_string))
+}
+
 // --- protobuf ------------------------------------------------------------
 
 fn varint(out: &mut Vec<u8>, mut v: u64) {

@@ -73,19 +73,10 @@ fn export(
     out: &edge::Outcome,
     started: std::time::SystemTime,
 ) {
-    let var = |k: &str| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
-    let error = (out.exit_code != 0)
-        .then(|| serde_json::from_str::<serde_json::Value>(&out.stdout).ok())
-        .flatten()
-        .and_then(|e| e["msg"].as_str().map(str::to_string));
-    if let Some(trace) = crate::trace::of_call(
-        var("TRACEPARENT"),
-        var("TRACESTATE"),
-        &out.report,
-        started,
-        std::time::SystemTime::now(),
-        error.as_deref(),
-    ) {
+    let error = crate::trace::error_of(out.exit_code, &out.stdout);
+    let now = std::time::SystemTime::now();
+    if let Some(trace) = crate::trace::of_request(vars, &out.report, started, now, error.as_deref())
+    {
         crate::trace::export_detached(endpoint, &crate::trace::encode(&[trace]));
     }
 }

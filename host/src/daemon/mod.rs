@@ -571,24 +571,13 @@ fn handle(shared: &Shared, stream: UnixStream, mut peer: Peer, guard: ConnGuard)
         )
     });
     drop(serving);
-    if let Some(traces) = &shared.traces {
-        let var = |k: &str| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
-        let error = (out.exit_code != 0)
-            .then(|| serde_json::from_str::<serde_json::Value>(&out.stdout).ok())
-            .flatten()
-            .and_then(|e| e["msg"].as_str().map(str::to_string));
-        let now = std::time::SystemTime::now();
-        if let Some(t) = crate::trace::of_call(
-            var("TRACEPARENT"),
-            var("TRACESTATE"),
-            &out.report,
-            now - started.elapsed(),
-            now,
-            error.as_deref(),
-        ) {
-            traces.submit(t);
-        }
-    }
+    // The trace is built once the answer is out (the caller does not wait
+    // for it); what it needs of the answer is taken now.
+    let ended = std::time::SystemTime::now();
+    let traced_error = shared
+        .traces
+        .as_ref()
+        .and_then(|_| crate::trace::error_of(out.exit_code, &out.stdout));
     // Counted and logged before the answer goes out: a client holding its
     // answer (or a test, or an operator's script) finds both already there.
     let took = started.elapsed();
@@ -609,6 +598,14 @@ fn handle(shared: &Shared, stream: UnixStream, mut peer: Peer, guard: ConnGuard)
         }
         .write(&mut &stream)
     };
+    if let Some(traces) = &shared.traces {
+        let start = ended - took;
+        if let Some(t) =
+            crate::trace::of_request(&vars, &out.report, start, ended, traced_error.as_deref())
+        {
+            traces.submit(t);
+        }
+    }
     if let Err(e) = sent {
         // Its runtime took the ADD as failed: undo it now (still in this
         // attachment's turn), so that nothing stays that nobody asked for.
