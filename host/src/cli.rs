@@ -844,8 +844,9 @@ fn plugins(d: &DirArgs, compile: bool) -> Result<i32, String> {
             let info = runtime.describe(&name);
             match info {
                 Ok(i) => println!(
-                    "{name}\tworld={}\tsha256={digest}\tcached={}\timports={}",
+                    "{name}\tworld={}\twit={}\tsha256={digest}\tcached={}\timports={}",
                     i.world,
+                    i.wit,
                     if was_cached { "yes" } else { "no" },
                     i.imports.join(",")
                 ),

@@ -157,6 +157,7 @@ fn call_error(e: CallError) -> CniError {
             CniError::new(ErrorCode::TryAgainLater, msg)
         }
         CallError::NotFound { .. }
+        | CallError::Contract { .. }
         | CallError::Image { .. }
         | CallError::BadName { .. }
         | CallError::DigestMismatch { .. }

@@ -94,7 +94,10 @@ fn plugins_lists_digest_world_and_cache_state_and_compile_fills_the_cache() {
     let fx = out.lines().find(|l| l.starts_with("fx\t")).unwrap();
     assert!(fx.contains("cached=yes"), "{fx}");
     assert!(fx.contains("world=interface-plugin"), "{fx}");
-    assert!(fx.contains("cni:plugin/log@0.1.0"), "{fx}");
+    assert!(
+        fx.contains("cni:plugin/log@0.2.0") && fx.contains("wit=0.2.0"),
+        "{fx}"
+    );
     assert!(fx.contains("sha256="), "{fx}");
     let (_, out, _) = cli(&[&["compile"][..], &dirs[..]].concat());
     assert!(out.contains("fx\talready cached"), "{out}");

@@ -518,11 +518,7 @@ fn component(
             match rt.describe(&c.plugin) {
                 Ok(info) => {
                     c.world = Some(info.world.to_string());
-                    c.wit = info
-                        .imports
-                        .iter()
-                        .filter(|i| i.starts_with("cni:plugin/"))
-                        .find_map(|i| i.rsplit_once('@').map(|(_, v)| v.to_string()));
+                    c.wit = Some(info.wit.to_string());
                 }
                 Err(e) => c.error = Some(e.to_string()),
             }

@@ -5,11 +5,19 @@
 //! `result` errors the plugin is expected to handle) and `Err` traps the
 //! plugin — reserved for host bugs and exhausted budgets, never for ordinary
 //! failures like "link not found".
+//!
+//! Two contract versions are served (`wit/README.md`): the current one,
+//! `cni:plugin@0.2.0`, from `wit/`, and every released one before it from
+//! `wit/released/<version>/`, whose imports forward to the current ones
+//! (`compat.rs`). The WIT types of both derive serde so that a value of one
+//! version becomes the other's by name, field by field: a field a version
+//! lacks is dropped going down and `none` coming up.
 
 wasmtime::component::bindgen!({
     path: "../wit",
     world: "plugin-host",
     imports: { default: trappable },
+    additional_derives: [serde::Serialize, serde::Deserialize],
     with: {
         // Namespace handles are host objects in the store's ResourceTable;
         // a plugin only ever holds an opaque index to one.
@@ -18,3 +26,16 @@ wasmtime::component::bindgen!({
 });
 
 pub use cni::plugin::types;
+
+/// `cni:plugin@0.1.0` as released (commit 63aab4e, 2026-12-01).
+pub mod v0_1_0 {
+    wasmtime::component::bindgen!({
+        path: "../wit/released/0.1.0",
+        world: "plugin-host",
+        imports: { default: trappable },
+        additional_derives: [serde::Serialize, serde::Deserialize],
+        with: {
+            "cni:plugin/network.netns": crate::sandbox::host_network::NetnsHandle,
+        },
+    });
+}

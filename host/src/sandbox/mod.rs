@@ -10,7 +10,9 @@
 
 mod bindings;
 pub mod cache;
+mod compat;
 pub mod compile;
+pub mod contract;
 pub mod convert;
 pub mod faults;
 #[cfg(feature = "fake")]
@@ -167,6 +169,10 @@ pub enum CallError {
     },
     #[error("plugin {plugin:?}: not a usable component: {reason}")]
     Invalid { plugin: String, reason: String },
+    /// Built against a contract, or asking for imports, this host does
+    /// not serve (`contract.rs`).
+    #[error("plugin {plugin:?}: {reason}")]
+    Contract { plugin: String, reason: String },
     /// Loading it would pass a bound on its size or on compiling it.
     #[error("plugin {plugin:?}: {}: refused: {error}", path.display())]
     CompileLimit {
@@ -276,12 +282,39 @@ pub struct Plugin {
     pub path: PathBuf,
     pub digest: String,
     pub origin: Origin,
-    pre: PluginHostPre<Ctx>,
+    pre: Bound,
+}
+
+/// A component linked for the contract version it exports.
+enum Bound {
+    Now(PluginHostPre<Ctx>),
+    V0_1(bindings::v0_1_0::PluginHostPre<Ctx>),
+}
+
+impl Bound {
+    fn component(&self) -> &wasmtime::component::Component {
+        match self {
+            Bound::Now(pre) => pre.instance_pre().component(),
+            Bound::V0_1(pre) => pre.instance_pre().component(),
+        }
+    }
+}
+
+impl Plugin {
+    /// The `cni:plugin` version the component was built against.
+    pub fn wit_version(&self) -> &'static str {
+        match self.pre {
+            Bound::Now(_) => contract::SERVED[contract::SERVED.len() - 1],
+            Bound::V0_1(_) => contract::Version::V0_1.as_str(),
+        }
+    }
 }
 
 /// What `describe` reports.
 pub struct PluginInfo {
     pub world: &'static str,
+    /// The `cni:plugin` version it was built against.
+    pub wit: &'static str,
     pub imports: Vec<String>,
 }
 
@@ -317,6 +350,11 @@ impl SharedEngine {
         let engine = Engine::new(&engine_config())?;
         let mut linker = Linker::new(&engine);
         PluginHost::add_to_linker::<Ctx, wasmtime::component::HasSelf<Ctx>>(&mut linker, |c| c)?;
+        // Every released contract, each forwarding to the current one.
+        bindings::v0_1_0::PluginHost::add_to_linker::<Ctx, wasmtime::component::HasSelf<Ctx>>(
+            &mut linker,
+            |c| c,
+        )?;
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
         // The monotonic clock is the host's own: its sleeps end by the
         // call's deadline (host_clocks.rs).
@@ -534,12 +572,22 @@ impl Runtime {
                 (digest, component, origin)
             }
         };
+        let refused = |reason| CallError::Contract {
+            plugin: plugin.to_string(),
+            reason,
+        };
+        let version = contract::check(&component.component_type(), engine).map_err(refused)?;
         let pre = self
             .shared
             .linker
             .instantiate_pre(&component)
-            .map_err(invalid)?;
-        let pre = PluginHostPre::new(pre).map_err(invalid)?;
+            .map_err(|e| refused(contract::mismatch(version, &format!("{e:#}"))))?;
+        let pre = match version {
+            contract::Version::V0_1 => {
+                Bound::V0_1(bindings::v0_1_0::PluginHostPre::new(pre).map_err(invalid)?)
+            }
+            contract::Version::V0_2 => Bound::Now(PluginHostPre::new(pre).map_err(invalid)?),
+        };
         let loaded = Arc::new(Plugin {
             name: plugin.to_string(),
             path,
@@ -556,7 +604,7 @@ impl Runtime {
     /// Load a plugin and report what it imports, for `wasm-cni plugins`.
     pub fn describe(&self, plugin: &str) -> Result<PluginInfo, CallError> {
         let loaded = self.load(plugin, None)?;
-        let ty = loaded.pre.instance_pre().component().component_type();
+        let ty = loaded.pre.component().component_type();
         let mut imports: Vec<String> = ty
             .imports(&self.shared.engine)
             .map(|(n, _)| n.to_string())
@@ -571,7 +619,11 @@ impl Runtime {
         } else {
             "any"
         };
-        Ok(PluginInfo { world, imports })
+        Ok(PluginInfo {
+            world,
+            wit: loaded.wit_version(),
+            imports,
+        })
     }
 
     /// Instantiate `plugin` in a fresh store and make one call. When a
@@ -682,18 +734,23 @@ impl Runtime {
         store.epoch_deadline_trap();
         store.call_hook(state::budget_hook);
 
-        let outcome = plugin.pre.instantiate(&mut store).and_then(|inst| {
-            let g = inst.cni_plugin_plugin();
-            match call {
-                Call::Add(req) => g.call_add(&mut store, req).map(|r| r.map(Some)),
-                Call::Del(req) => g.call_del(&mut store, req).map(|r| r.map(|()| None)),
-                Call::Check(req) => g.call_check(&mut store, req).map(|r| r.map(|()| None)),
-                Call::Status(conf) => g.call_status(&mut store, conf).map(|r| r.map(|()| None)),
-                Call::Gc(conf, valid) => {
-                    g.call_gc(&mut store, conf, valid).map(|r| r.map(|()| None))
+        let outcome = match &plugin.pre {
+            Bound::Now(pre) => pre.instantiate(&mut store).and_then(|inst| {
+                let g = inst.cni_plugin_plugin();
+                match call {
+                    Call::Add(req) => g.call_add(&mut store, req).map(|r| r.map(Some)),
+                    Call::Del(req) => g.call_del(&mut store, req).map(|r| r.map(|()| None)),
+                    Call::Check(req) => g.call_check(&mut store, req).map(|r| r.map(|()| None)),
+                    Call::Status(conf) => g.call_status(&mut store, conf).map(|r| r.map(|()| None)),
+                    Call::Gc(conf, valid) => {
+                        g.call_gc(&mut store, conf, valid).map(|r| r.map(|()| None))
+                    }
                 }
-            }
-        });
+            }),
+            Bound::V0_1(pre) => pre
+                .instantiate(&mut store)
+                .and_then(|inst| compat::call_v0_1(inst.cni_plugin_plugin(), &mut store, call)),
+        };
 
         let aborted = |cause| CallError::Aborted {
             plugin: plugin.name.clone(),
