@@ -74,6 +74,16 @@ impl Version {
     }
 }
 
+/// A name from the component, as a message shows it: names are the
+/// author's (valid component names, so printable), their length too.
+fn shown(name: &str) -> String {
+    const MAX: usize = 128;
+    match name.char_indices().nth(MAX) {
+        Some((cut, _)) => format!("{}…", &name[..cut]),
+        None => name.to_string(),
+    }
+}
+
 fn served() -> String {
     format!("this host serves cni:plugin {}", SERVED.join(", "))
 }
@@ -82,17 +92,18 @@ fn served() -> String {
 /// sentence of the refusal, after the plugin's name.
 pub fn check(ty: &Component, engine: &Engine) -> Result<Version, String> {
     for (name, _) in ty.imports(engine) {
-        check_import(name)?;
+        check_import(name).map_err(|e| e.replace(name, &shown(name)))?;
     }
     let mut export = None;
     for (name, item) in ty.exports(engine) {
         let Some(version) = name.strip_prefix("cni:plugin/plugin@") else {
             continue;
         };
+        let (name, version) = (shown(name), shown(version));
         if !matches!(item.ty, ComponentItem::ComponentInstance(_)) {
             return Err(format!("exports {name}, which is not an interface"));
         }
-        match Version::parse(version) {
+        match Version::parse(&version) {
             Some(v) => export = Some(v),
             None => {
                 return Err(format!(
@@ -146,7 +157,12 @@ fn check_import(name: &str) -> Result<(), String> {
 /// types differ from the version it names. `linker_error` is wasmtime's
 /// text; only the import and the item it names are kept from it.
 pub fn mismatch(version: Version, linker_error: &str) -> String {
-    let quoted: Vec<&str> = linker_error.split('`').skip(1).step_by(2).collect();
+    let quoted: Vec<String> = linker_error
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(shown)
+        .collect();
     let differs = match quoted.as_slice() {
         [import, item, ..] => format!("its import {import} differs in {item}"),
         [import] => format!("its import {import} differs"),
@@ -221,5 +237,15 @@ mod tests {
             "{m}"
         );
         assert!(mismatch(Version::V0_2, "no quotes").contains("its imports differ"));
+    }
+
+    #[test]
+    fn long_names_are_cut_in_messages() {
+        let long = format!("wasi:io/{}@0.2.0", "x".repeat(5000));
+        let e = check_import(&long)
+            .map_err(|e| e.replace(&long, &shown(&long)))
+            .unwrap_err();
+        assert!(e.len() < 500 && e.contains('…'), "{e}");
+        assert_eq!(shown("ab"), "ab");
     }
 }
