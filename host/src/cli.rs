@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 use crate::cni::config::DEFAULT_IMAGE_DIR;
 use crate::cni::config::DEFAULT_STATE_DIR;
 use crate::edge::DEFAULT_CACHE_DIR;
+use crate::image::trust::Decision;
 use crate::image::{registry, Digest, ImageError, ImageRef, ImageStore};
 use crate::sandbox::{sha256_hex, Runtime};
 use crate::store::{admin, DiskStore, EtcdConfig, EtcdStore, StateStore};
@@ -254,6 +255,11 @@ struct PullArgs {
     /// [default: /var/cache/wasm-cni]
     #[arg(long)]
     cache_dir: Option<PathBuf>,
+    /// The node's trust policy: the image must pass it before anything of
+    /// it is stored (README "Signed plugins") [default:
+    /// WASM_CNI_TRUST_POLICY, else /etc/wasm-cni/policy.json if there].
+    #[arg(long, value_name = "FILE")]
+    trust_policy: Option<PathBuf>,
     #[command(flatten)]
     compile: CompileArgs,
     #[command(flatten)]
@@ -266,6 +272,10 @@ struct PushArgs {
     file: PathBuf,
     /// REGISTRY/REPOSITORY:TAG.
     image: String,
+    /// Also push a signature of the image, made with this ECDSA P-256
+    /// private key (unencrypted PKCS#8 PEM), in cosign's format.
+    #[arg(long, value_name = "KEY")]
+    sign: Option<PathBuf>,
     #[command(flatten)]
     registry: RegistryArgs,
 }
@@ -292,6 +302,10 @@ struct DaemonArgs {
     /// OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT; OTEL_SDK_DISABLED=true turns it off.
     #[arg(long, value_name = "URL")]
     otlp_endpoint: Option<crate::trace::Endpoint>,
+    /// The node's trust policy for images (README "Signed plugins")
+    /// [default: WASM_CNI_TRUST_POLICY, else /etc/wasm-cni/policy.json if there].
+    #[arg(long, value_name = "FILE")]
+    trust_policy: Option<PathBuf>,
     /// Requests served at once; further ones wait their turn.
     #[arg(long, default_value_t = 64)]
     max_concurrent: usize,
@@ -569,6 +583,12 @@ fn pull(p: &PullArgs) -> Result<i32, String> {
         .clone()
         .or_else(|| conf_dirs.and_then(|d| d.1))
         .unwrap_or_else(|| DEFAULT_CACHE_DIR.into());
+    let explicit = p.trust_policy.clone().or_else(|| {
+        std::env::var_os("WASM_CNI_TRUST_POLICY")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    });
+    let policy = crate::image::trust::load(explicit.as_deref())?;
     let store = ImageStore::new(&image_dir);
     let runtime = Runtime::new(&image_dir, Some(cache_dir.clone()))
         .map_err(|e| e.to_string())?
@@ -578,7 +598,14 @@ fn pull(p: &PullArgs) -> Result<i32, String> {
         if p.conf.is_some() && image.digest.is_none() {
             return Err(ImageError::Unpinned(image.to_string()).to_string());
         }
-        pull_one(&store, &runtime, &cache_dir, &image, &p.registry)?;
+        pull_one(
+            &store,
+            &runtime,
+            &cache_dir,
+            &image,
+            &p.registry,
+            policy.as_ref(),
+        )?;
     }
     Ok(0)
 }
@@ -589,6 +616,7 @@ fn pull_one(
     cache_dir: &Path,
     image: &ImageRef,
     registry_args: &RegistryArgs,
+    policy: Option<&crate::image::trust::Policy>,
 ) -> Result<(), String> {
     let name = image
         .repository
@@ -615,7 +643,19 @@ fn pull_one(
         );
         Ok(())
     };
-    let pulled = registry::pull(store, image, &registry_args.options(), &compile)?;
+    let pulled = registry::pull(store, image, &registry_args.options(), policy, &compile)?;
+    match (&pulled.trust, policy) {
+        (Some(Decision::Verified { rule, key }), Some(p)) => eprintln!(
+            "signature verified with {} (rule {rule} of {})",
+            key.display(),
+            p.path().display()
+        ),
+        (Some(Decision::Skip { rule }), Some(p)) => eprintln!(
+            "no signature needed (rule {rule} of {})",
+            p.path().display()
+        ),
+        _ => {}
+    }
     let pinned = pulled.pinned.by_digest().unwrap_or_default();
     if image.digest.is_none() {
         eprintln!("{image} is {pinned}");
@@ -651,7 +691,26 @@ fn push(p: &PushArgs) -> Result<i32, String> {
             .and_then(|m| m.modified())
             .map_err(at)?,
     };
-    let pinned = registry::push(&component, created, &image, &p.registry.options())?;
+    let key = p
+        .sign
+        .as_deref()
+        .map(crate::image::sign::SigningKey::from_file)
+        .transpose()?;
+    let pinned = registry::push(
+        &component,
+        created,
+        &image,
+        &p.registry.options(),
+        key.as_ref(),
+    )?;
+    if let (Some(_), Some(digest)) = (&key, &pinned.digest) {
+        eprintln!(
+            "signature pushed as {}/{}:{}",
+            image.registry,
+            image.repository,
+            crate::image::sign::signature_tag(digest)
+        );
+    }
     println!("{}", pinned.by_digest().unwrap_or_default());
     Ok(0)
 }
@@ -717,6 +776,7 @@ fn daemon(d: DaemonArgs) -> Result<i32, String> {
             .transpose()
             .map_err(|e| format!("OTEL_EXPORTER_OTLP_ENDPOINT: {e}"))?,
     };
+    opts.trust_policy = d.trust_policy;
     crate::daemon::init_log(opts.json_log);
     if let Some(record) = d.publish_conflist {
         crate::daemon::block_signals()?;

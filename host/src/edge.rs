@@ -82,11 +82,29 @@ pub struct Host {
     etcd: Mutex<HashMap<EtcdConfig, Arc<EtcdStore>>>,
     /// Calls are traced: keep the host's work per plugin call.
     traced: bool,
+    /// The trust policy file given by the operator (the daemon's
+    /// `--trust-policy`, or `WASM_CNI_TRUST_POLICY` in the engine's own
+    /// environment); else the default path, if a file is there. Never a
+    /// request's.
+    trust_policy: Option<PathBuf>,
 }
 
 impl Host {
     pub fn new() -> Self {
-        Self::default()
+        Host {
+            trust_policy: std::env::var_os("WASM_CNI_TRUST_POLICY")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from),
+            ..Self::default()
+        }
+    }
+
+    /// Read the trust policy from `path` rather than the default place.
+    pub fn with_trust_policy(mut self, path: Option<PathBuf>) -> Self {
+        if path.is_some() {
+            self.trust_policy = path;
+        }
+        self
     }
 
     /// A host whose calls keep what they do for their traces.
@@ -426,6 +444,28 @@ fn dispatch(
         Ok(s) => s,
         Err(e) => return (Err(e), Vec::new()),
     };
+    // Only a chain that names an image needs the policy: the others pay
+    // nothing, not even the look for its file.
+    let names_image = conf
+        .chain
+        .iter()
+        .any(|e| e.limits.image.is_some() || e.ipam_limits.image.is_some());
+    let trust = if names_image {
+        match crate::image::trust::load(host.trust_policy.as_deref()) {
+            Ok(p) => p.map(Arc::new),
+            Err(why) => {
+                return (
+                    Err(HostError::from(CniError::new(
+                        ErrorCode::InvalidConfig,
+                        why,
+                    ))),
+                    Vec::new(),
+                )
+            }
+        }
+    } else {
+        None
+    };
     let exec = Executor::new(
         runtime.clone(),
         Arc::new(conf),
@@ -433,6 +473,7 @@ fn dispatch(
         store,
         Box::new(KernelNet::new()),
     )
+    .with_trust(trust)
     .with_filter(Box::new(KernelFilter::pooled(host.filter_sockets.clone())))
     .with_host_work(host.traced);
     // Native plugins run with the daemon's privileges: only for a peer that

@@ -3,14 +3,14 @@
 //! namespace on 127.0.0.1; chains that load their components from the image
 //! store by digest.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output as ProcOutput, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use wasm_cni_tests::{
-    is_root, plugin, wasm_cni_bin, workspace_root, Daemon, Invocation, Netns, Pod, Registry,
-    TempDir,
+    is_root, plugin, python_venv, sh, wasm_cni_bin, workspace_root, Daemon, Invocation, Netns, Pod,
+    Registry, TempDir,
 };
 
 /// `wasm-cni ARGS` inside `ns` with extra environment.
@@ -682,4 +682,428 @@ fn over_tls_only_the_given_ca_is_trusted() {
         ],
     ));
     assert!(!e.contains("panicked"), "{e}");
+}
+
+/// The second implementation of the signature format: PyPI `cryptography`
+/// driven by `tests/fixtures/cosign_interop.py`, inside `ns`.
+fn interop(ns: &Netns, args: &[&str]) -> (bool, String) {
+    let venv = python_venv("cosign-interop", "cryptography==43.0.3");
+    let out = Command::new("ip")
+        .args(["netns", "exec", &ns.name])
+        .arg(venv.join("bin/python"))
+        .arg(workspace_root().join("tests/fixtures/cosign_interop.py"))
+        .args(args)
+        .output()
+        .expect("run cosign_interop.py");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// A key pair made by the second implementation: (private, public).
+fn keygen(ns: &Netns, dir: &TempDir, name: &str) -> (PathBuf, PathBuf) {
+    let (private, public) = (
+        dir.join(format!("{name}.pem")),
+        dir.join(format!("{name}.pub")),
+    );
+    let (ok, out) = interop(
+        ns,
+        &[
+            "keygen",
+            private.to_str().unwrap(),
+            public.to_str().unwrap(),
+        ],
+    );
+    assert!(ok, "{out}");
+    (private, public)
+}
+
+fn policy(dir: &TempDir, name: &str, rules: Value) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, json!({ "rules": rules }).to_string()).unwrap();
+    path
+}
+
+fn pull_under(ns: &Netns, images: &Path, image: &str, policy: &Path) -> ProcOutput {
+    cli(
+        ns,
+        &[],
+        &[
+            "pull",
+            "--plain-http",
+            "--timeout",
+            "3",
+            "--image-dir",
+            images.to_str().unwrap(),
+            "--cache-dir",
+            images.with_file_name("cache").to_str().unwrap(),
+            "--trust-policy",
+            policy.to_str().unwrap(),
+            image,
+        ],
+    )
+}
+
+/// `wasm-cni push --sign KEY` of a bundled component.
+fn push_signed(ns: &Netns, key: &Path, component: &str, image: &str) -> ProcOutput {
+    cli(
+        ns,
+        &[],
+        &[
+            "push",
+            "--plain-http",
+            "--sign",
+            key.to_str().unwrap(),
+            plugin(component).to_str().unwrap(),
+            image,
+        ],
+    )
+}
+
+fn digest_of(by_digest: &str) -> &str {
+    by_digest.rsplit_once('@').map_or("", |(_, d)| d)
+}
+
+/// Signatures made by `push --sign` verify with `cryptography`, and those
+/// `cryptography` makes verify in `pull`; a chain runs from signed images,
+/// and every load checks them against the policy of the day.
+#[test]
+fn signatures_round_trip_with_a_second_implementation_and_loads_check_them_again() {
+    if !is_root("signatures_round_trip_with_a_second_implementation") {
+        return;
+    }
+    let pod = Pod::new("sig");
+    let reg = Registry::start(&pod.node, None);
+    let addr = reg.addr.clone();
+    let dir = TempDir::new("sig");
+    let (a_key, a_pub) = keygen(&pod.node, &dir, "a");
+    let (_, b_pub) = keygen(&pod.node, &dir, "b");
+
+    // Ours, verified by theirs.
+    let out = push_signed(&pod.node, &a_key, "ptp", &format!("{addr}/cni/ptp:v1"));
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let ptp = ok(out);
+    assert!(stderr.contains("signature pushed as"), "{stderr}");
+    let (verified, why) = interop(
+        &pod.node,
+        &[
+            "verify-image",
+            &addr,
+            "cni/ptp",
+            digest_of(&ptp),
+            a_pub.to_str().unwrap(),
+        ],
+    );
+    assert!(verified, "cryptography does not verify ours: {why}");
+    let (verified, _) = interop(
+        &pod.node,
+        &[
+            "verify-image",
+            &addr,
+            "cni/ptp",
+            digest_of(&ptp),
+            b_pub.to_str().unwrap(),
+        ],
+    );
+    assert!(!verified, "another key verifies it");
+
+    // Theirs, verified by ours.
+    let ipam = ok(push(
+        &pod.node,
+        &[],
+        &plugin("host-local"),
+        &format!("{addr}/cni/host-local:v1"),
+    ));
+    let (signed, why) = interop(
+        &pod.node,
+        &[
+            "sign-image",
+            &addr,
+            "cni/host-local",
+            digest_of(&ipam),
+            a_key.to_str().unwrap(),
+        ],
+    );
+    assert!(signed, "{why}");
+
+    let trust_a = policy(
+        &dir,
+        "a.json",
+        json!([{"match": format!("{addr}/cni/*"), "action": "verify", "keys": ["a.pub"]}]),
+    );
+    let images = dir.join("images");
+    for image in [&ptp, &ipam] {
+        let out = pull_under(&pod.node, &images, image, &trust_a);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        ok(out);
+        assert!(
+            stderr.contains(&format!("signature verified with {}", a_pub.display()))
+                && stderr.contains("(rule 1 of"),
+            "{stderr}"
+        );
+    }
+    assert!(images
+        .join("signatures")
+        .join(format!("{}.json", &digest_of(&ptp)[7..]))
+        .exists());
+
+    // A chain from the signed images, loaded under the policy.
+    drop(reg);
+    let conf = conf(&dir, &images, &ptp, &ipam, "10.215.1.0/24");
+    let run = |verb, id, policy: &Path| {
+        pod.run(
+            Invocation::new(verb)
+                .id(id)
+                .env("WASM_CNI_TRUST_POLICY", policy.to_str().unwrap()),
+            &conf,
+        )
+    };
+    run("ADD", "s1", &trust_a).assert_ok();
+
+    // The policy changes after the pull: the next load checks again.
+    let deny_ptp = policy(
+        &dir,
+        "deny.json",
+        json!([{"match": format!("{addr}/cni/ptp"), "action": "deny"},
+               {"match": "*", "action": "skip"}]),
+    );
+    let out = run("ADD", "s2", &deny_ptp);
+    assert_eq!(out.error_code(), 7, "{}", out.stdout);
+    assert!(
+        out.error_msg()
+            .contains(&format!("{addr}/cni/ptp: denied by rule 1")),
+        "{}",
+        out.error_msg()
+    );
+    let only_b = policy(
+        &dir,
+        "b.json",
+        json!([{"match": "*", "action": "verify", "keys": ["b.pub"]}]),
+    );
+    let out = run("ADD", "s2", &only_b);
+    assert_eq!(out.error_code(), 7, "{}", out.stdout);
+    assert!(
+        out.error_msg().contains("is not by any key of the rule"),
+        "{}",
+        out.error_msg()
+    );
+    assert!(
+        out.error_msg()
+            .contains("`wasm-cni pull` it again under this policy"),
+        "{}",
+        out.error_msg()
+    );
+
+    // Through a daemon its operator's policy decides: a peer's own
+    // WASM_CNI_TRUST_POLICY (a policy it wrote to let anything in) is not
+    // read. The peer here is root; a non-root peer gets no more.
+    let daemon = Daemon::start(
+        &pod.node.name,
+        &["--trust-policy", deny_ptp.to_str().unwrap()],
+    );
+    let via = daemon.conf(&conf, "require");
+    let lax = policy(&dir, "lax.json", json!([{"match": "*", "action": "skip"}]));
+    let out = pod.run(
+        Invocation::new("ADD")
+            .id("s3")
+            .env("WASM_CNI_TRUST_POLICY", lax.to_str().unwrap()),
+        &via,
+    );
+    assert_eq!(out.error_code(), 7, "{}", out.stdout);
+    assert!(
+        out.error_msg().contains("denied by rule 1") && out.error_msg().contains("deny.json"),
+        "{}",
+        out.error_msg()
+    );
+    drop(daemon);
+
+    run("DEL", "s1", &trust_a).assert_ok();
+    assert!(pod.ctr.link("eth0").is_none());
+}
+
+/// Every way an image fails the policy is refused at pull, naming the rule
+/// and the cause, and nothing of the image is stored.
+#[test]
+fn untrusted_images_are_refused_by_rule_and_nothing_is_stored() {
+    if !is_root("untrusted_images_are_refused_by_rule_and_nothing_is_stored") {
+        return;
+    }
+    let pod = Pod::new("untr");
+    let reg = Registry::start(&pod.node, None);
+    let addr = reg.addr.clone();
+    let dir = TempDir::new("untr");
+    let (a_key, _) = keygen(&pod.node, &dir, "a");
+    let (_, _) = keygen(&pod.node, &dir, "b");
+    let signed_by_a = |name: &str, component: &str| {
+        ok(push_signed(
+            &pod.node,
+            &a_key,
+            component,
+            &format!("{addr}/cni/{name}:v1"),
+        ))
+    };
+    let unsigned = |name: &str, component: &str| {
+        ok(push(
+            &pod.node,
+            &[],
+            &plugin(component),
+            &format!("{addr}/cni/{name}:v1"),
+        ))
+    };
+    let signed = signed_by_a("ptp", "ptp");
+    let bare = unsigned("bare", "host-local");
+    // Another image's valid signature, copied onto this one's tag.
+    let other = unsigned("other", "tuning");
+    let (done, why) = interop(
+        &pod.node,
+        &[
+            "sign-image",
+            &addr,
+            "cni/other",
+            digest_of(&signed),
+            a_key.to_str().unwrap(),
+            "--tag-digest",
+            digest_of(&other),
+        ],
+    );
+    assert!(done, "{why}");
+    // The tag moved to a modified image; its old signature copied along.
+    let moved_from = signed_by_a("moved", "loopback");
+    let moved = unsigned("moved", "tap");
+    assert_ne!(moved_from, moved);
+    let (done, why) = interop(
+        &pod.node,
+        &[
+            "copy-signature",
+            &addr,
+            "cni/moved",
+            digest_of(&moved_from),
+            digest_of(&moved),
+        ],
+    );
+    assert!(done, "{why}");
+    // Malformed signature objects.
+    let garbled = unsigned("garbled", "static");
+    let (done, why) = interop(
+        &pod.node,
+        &[
+            "sign-image",
+            &addr,
+            "cni/garbled",
+            digest_of(&garbled),
+            a_key.to_str().unwrap(),
+            "--signature",
+            "bm90IGEgc2lnbmF0dXJl",
+        ],
+    );
+    assert!(done, "{why}");
+    let unannotated = unsigned("unannotated", "firewall");
+    let (done, why) = interop(
+        &pod.node,
+        &[
+            "sign-image",
+            &addr,
+            "cni/unannotated",
+            digest_of(&unannotated),
+            a_key.to_str().unwrap(),
+            "--no-annotation",
+        ],
+    );
+    assert!(done, "{why}");
+
+    let all = format!("{addr}/cni/*");
+    let verify_with = |key: &str| json!([{"match": all, "action": "verify", "keys": [key]}]);
+    let cases: Vec<(&str, &String, Value, Vec<String>)> = vec![
+        (
+            "wrong key",
+            &signed,
+            verify_with("b.pub"),
+            vec!["rule 1".into(), "is not by any key of the rule".into()],
+        ),
+        (
+            "no signature",
+            &bare,
+            verify_with("a.pub"),
+            vec!["wants a signature by one of its keys: no signature".into()],
+        ),
+        (
+            "another digest",
+            &other,
+            verify_with("a.pub"),
+            vec![format!(
+                "a signature names manifest {}, not {}",
+                digest_of(&signed),
+                digest_of(&other)
+            )],
+        ),
+        (
+            "modified manifest",
+            &moved,
+            verify_with("a.pub"),
+            vec![format!(
+                "a signature names manifest {}",
+                digest_of(&moved_from)
+            )],
+        ),
+        (
+            "bad signature bytes",
+            &garbled,
+            verify_with("a.pub"),
+            vec!["is not by any key of the rule".into()],
+        ),
+        (
+            "no annotation",
+            &unannotated,
+            verify_with("a.pub"),
+            vec!["has no dev.cosignproject.cosign/signature annotation".into()],
+        ),
+        (
+            "deny",
+            &signed,
+            json!([{"match": format!("{addr}/cni/ptp"), "action": "deny"}, {"match": "*", "action": "skip"}]),
+            vec![format!(
+                "{addr}/cni/ptp: denied by rule 1 (\"{addr}/cni/ptp\")"
+            )],
+        ),
+        (
+            "no rule",
+            &signed,
+            json!([{"match": "elsewhere/*", "action": "skip"}]),
+            vec!["no rule of the trust policy".into()],
+        ),
+    ];
+    for (i, (what, image, rules, expected)) in cases.iter().enumerate() {
+        let file = policy(&dir, &format!("p{i}.json"), rules.clone());
+        let images = dir.join(format!("images{i}"));
+        let e = err(pull_under(&pod.node, &images, image, &file));
+        for x in expected {
+            assert!(e.contains(x.as_str()), "{what}: {e}");
+        }
+        assert!(
+            e.contains(file.to_str().unwrap()),
+            "{what}: names the policy: {e}"
+        );
+        let stored = std::fs::read_dir(images.join("blobs/sha256"))
+            .map(|d| d.count())
+            .unwrap_or(0);
+        assert_eq!(stored, 0, "{what}: stored something");
+        assert!(!images.join("index.json").exists(), "{what}");
+    }
+
+    // `skip` takes an unsigned image; a policy others could write is no
+    // policy of the node's.
+    let skip = policy(&dir, "skip.json", json!([{"match": "*", "action": "skip"}]));
+    let out = pull_under(&pod.node, &dir.join("images-skip"), &bare, &skip);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    ok(out);
+    assert!(
+        stderr.contains("no signature needed (rule 1 of"),
+        "{stderr}"
+    );
+    sh(&["chmod", "666", skip.to_str().unwrap()]);
+    let e = err(pull_under(&pod.node, &dir.join("images-lax"), &bare, &skip));
+    assert!(e.contains("writable by group or others"), "{e}");
 }

@@ -1,7 +1,9 @@
 //! What a registry (or whatever answers in its place) sends `wasm-cni pull`:
 //! a manifest, an artifact config, a blob, a header (a `WWW-Authenticate`
 //! challenge, a `Location`, an error body), plus an auth file and an image
-//! reference as operators write them; NUL-separated.
+//! reference as operators write them; NUL-separated. The manifest and blob
+//! are also read as a signature image's manifest and payload, and the blob
+//! as a public key and a signature (`image::sign`).
 //!
 //! Properties: nothing panics; an accepted manifest names one
 //! `application/wasm` layer and a wasm config within their size limits; a
@@ -13,6 +15,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use wasm_cni::image::registry::{describe_error, parse_challenge, Challenge, Url};
+use wasm_cni::image::sign::{self, PublicKey, MAX_PAYLOAD_BYTES, MAX_SIGNATURES};
 use wasm_cni::image::{
     auth, component_interface, parse_config, parse_manifest, Digest, ImageRef, CONFIG_MEDIA_TYPE,
     LAYER_MEDIA_TYPE, MAX_COMPONENT_BYTES, MAX_CONFIG_BYTES,
@@ -33,6 +36,24 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(m.layer.verify("layer", blob).is_ok(), exact);
     }
     let _ = component_interface(blob);
+
+    // Signatures: a signature manifest names at most MAX_SIGNATURES
+    // payloads, each within its limit; a payload claim names a digest; a
+    // key and a signature from the same hostile bytes never verify.
+    if let Ok(signed) = sign::parse_signature_manifest(manifest) {
+        assert!(!signed.is_empty() && signed.len() <= MAX_SIGNATURES);
+        for s in &signed {
+            assert!(s.payload.size <= MAX_PAYLOAD_BYTES && s.signature.len() <= 512);
+        }
+    }
+    if let Ok(claim) = sign::parse_payload(blob) {
+        assert_eq!(claim.manifest.hex().len(), 64);
+    }
+    let text = String::from_utf8_lossy(blob);
+    if let Ok(key) = PublicKey::from_pem(&text) {
+        assert_eq!(PublicKey::from_pem(&key.to_pem()), Ok(key.clone()));
+        let _ = key.verifies(config, &String::from_utf8_lossy(header));
+    }
 
     let header = String::from_utf8_lossy(header);
     if let Ok(Challenge::Bearer { realm, params }) = parse_challenge(&header) {

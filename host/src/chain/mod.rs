@@ -33,7 +33,8 @@ use crate::cni::result::{self, CniResult};
 use crate::cni::{CniError, Command, ErrorCode};
 use crate::error::HostError;
 use crate::filter::{Filter, Rule, Tag};
-use crate::image::{ImageRef, ImageStore};
+use crate::image::trust::Policy;
+use crate::image::{ImageError, ImageRef, ImageStore};
 use crate::log;
 use crate::net::{IpNet, LinkId, Net};
 use crate::sandbox::policy::{ConfigGrants, PortGrant, Side, DEFAULT_MASTER_TYPES};
@@ -90,6 +91,8 @@ pub struct Executor {
     faults: Option<Arc<Faults>>,
     /// Keep the host's work per plugin call (the call is traced).
     trace_work: bool,
+    /// The node's trust policy, for entries that name an image.
+    trust: Option<Arc<Policy>>,
 }
 
 /// Where plugin calls are reported, IPAM delegates' included.
@@ -141,7 +144,15 @@ impl Executor {
             steps: Steps::default(),
             faults: None,
             trace_work: false,
+            trust: None,
         }
+    }
+
+    /// Check chain entries that name an image against the node's trust
+    /// policy at every load.
+    pub fn with_trust(mut self, policy: Option<Arc<Policy>>) -> Self {
+        self.trust = policy;
+        self
     }
 
     /// Run against backends shared with other executors (`plugin test`
@@ -217,8 +228,9 @@ impl Executor {
         }
     }
 
-    /// Every image the chain names is in the image store, before a plugin
-    /// runs: an ADD that cannot finish does not start.
+    /// Every image the chain names is in the image store and passes the
+    /// node's trust policy, before a plugin runs: an ADD that cannot finish
+    /// does not start.
     fn check_images(&self) -> Result<(), HostError> {
         let store = ImageStore::new(&self.conf.image_dir);
         for (index, entry) in self.conf.chain.iter().enumerate() {
@@ -227,7 +239,13 @@ impl Executor {
                     let plugin = &entry.plugin_type;
                     image
                         .parse::<ImageRef>()
-                        .and_then(|i| store.resolve(&i))
+                        .and_then(|i| {
+                            store.resolve(&i)?;
+                            match &self.trust {
+                                Some(policy) => trusted(policy, &store, &i),
+                                None => Ok(()),
+                            }
+                        })
                         .map_err(|error| {
                             HostError::from(CallError::Image {
                                 plugin: plugin.clone(),
@@ -1046,6 +1064,7 @@ impl Executor {
         );
         services.faults = self.faults.clone();
         services.trace_work = self.trace_work;
+        services.trust = self.trust.clone();
         services
     }
 
@@ -1101,6 +1120,7 @@ impl Executor {
         let plugin = match load_component(
             &self.runtime,
             &self.conf.image_dir,
+            self.trust.as_deref(),
             &step.entry.plugin_type,
             &step.entry.limits,
         ) {
@@ -1300,6 +1320,30 @@ fn recorded_result(rec: Option<&AttachmentRecord>) -> Option<CniResult> {
     rec.and_then(|r| result::parse(&r.result, "1.1.0").ok())
 }
 
+/// `image` (resolved, so pinned) passes the node's trust policy today, by
+/// the signatures its pull kept: an image pulled under an older policy is
+/// checked again at every load.
+fn trusted(policy: &Policy, store: &ImageStore, image: &ImageRef) -> Result<(), ImageError> {
+    let Some(manifest) = &image.digest else {
+        return Err(ImageError::Unpinned(image.to_string()));
+    };
+    policy
+        .decide(image, manifest, &mut || {
+            store.signatures(manifest).map_err(|e| e.to_string())
+        })
+        .map(drop)
+        .map_err(|why| {
+            ImageError::Refused(if policy.wants_signatures(image) {
+                format!(
+                    "{why} (the signatures checked are those its pull verified; `wasm-cni \
+                     pull` it again under this policy to fetch others)"
+                )
+            } else {
+                why
+            })
+        })
+}
+
 /// A chain entry's component: from the image store when the entry names an
 /// image (never a native plugin then: an image that is not pulled is an
 /// error of its own), else `<type>.wasm` from pluginDir. A `sha256` pin
@@ -1307,6 +1351,7 @@ fn recorded_result(rec: Option<&AttachmentRecord>) -> Option<CniResult> {
 pub(crate) fn load_component(
     runtime: &Runtime,
     image_dir: &std::path::Path,
+    trust: Option<&Policy>,
     plugin: &str,
     limits: &crate::cni::config::Limits,
 ) -> Result<Arc<Plugin>, CallError> {
@@ -1319,9 +1364,11 @@ pub(crate) fn load_component(
         error: Box::new(error),
     };
     let image: ImageRef = image.parse().map_err(image_err)?;
-    let resolved = ImageStore::new(image_dir)
-        .resolve(&image)
-        .map_err(image_err)?;
+    let store = ImageStore::new(image_dir);
+    let resolved = store.resolve(&image).map_err(image_err)?;
+    if let Some(policy) = trust {
+        trusted(policy, &store, &image).map_err(image_err)?;
+    }
     if let Some(pin) = limits.sha256.as_deref() {
         if !pin.eq_ignore_ascii_case(&resolved.pin) {
             return Err(CallError::DigestMismatch {

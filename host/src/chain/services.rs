@@ -42,6 +42,8 @@ pub(super) struct StepServices {
     valid: Vec<wit::Attachment>,
     natives: native::Natives,
     image_dir: PathBuf,
+    /// The node's trust policy, for a delegate that names an image.
+    pub(super) trust: Option<Arc<crate::image::trust::Policy>>,
     cni_version: String,
     /// Set while the delegate holds an allocation made during this step.
     held: Mutex<Option<String>>,
@@ -106,6 +108,7 @@ impl StepServices {
             valid: valid.map(<[_]>::to_vec).unwrap_or_default(),
             natives: natives.clone(),
             image_dir: image_dir.to_path_buf(),
+            trust: None,
             cni_version: serde_json::from_str::<Value>(&request.config)
                 .ok()
                 .and_then(|v| v.get("cniVersion")?.as_str().map(str::to_string))
@@ -151,6 +154,7 @@ impl StepServices {
         let plugin = match super::load_component(
             &self.runtime,
             &self.image_dir,
+            self.trust.as_deref(),
             ipam_type,
             &self.ipam_limits,
         ) {
@@ -206,6 +210,7 @@ impl StepServices {
             valid: self.valid.clone(),
             natives: native::Natives::default(),
             image_dir: self.image_dir.clone(),
+            trust: self.trust.clone(),
             cni_version: self.cni_version.clone(),
             held: Mutex::new(None),
             faults: self.faults.clone(),

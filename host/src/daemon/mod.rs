@@ -76,6 +76,10 @@ pub struct Options {
     /// Where trace spans go (OTLP/HTTP). Only the operator chooses: a
     /// request's own config cannot point the daemon anywhere.
     pub otlp_endpoint: Option<crate::trace::Endpoint>,
+    /// The node's trust policy for images, read at each request that
+    /// names one (so an edited policy applies to the next). Only the
+    /// operator chooses it.
+    pub trust_policy: Option<PathBuf>,
 }
 
 /// A readiness check: whether the node's network can serve ADD now.
@@ -108,6 +112,7 @@ impl Options {
             json_log: false,
             ready_check: None,
             otlp_endpoint: None,
+            trust_policy: None,
         }
     }
 }
@@ -156,7 +161,9 @@ pub fn serve(opts: Options) -> Result<(), String> {
     listener
         .set_nonblocking(true)
         .map_err(|e| format!("socket: {e}"))?;
-    let host = Host::new().traced(opts.otlp_endpoint.is_some());
+    let host = Host::new()
+        .traced(opts.otlp_endpoint.is_some())
+        .with_trust_policy(opts.trust_policy.clone());
     host.warm().map_err(|e| e.to_string())?;
     let metrics = Metrics::new();
     let traces = match opts.otlp_endpoint.clone() {

@@ -11,7 +11,9 @@
 
 pub mod auth;
 pub mod registry;
+pub mod sign;
 pub mod store;
+pub mod trust;
 
 use std::fmt;
 use std::str::FromStr;
@@ -53,6 +55,9 @@ pub enum ImageError {
         expected: String,
         actual: String,
     },
+    /// The node's trust policy does not let this image run.
+    #[error("{0}")]
+    Refused(String),
     #[error("{0}")]
     Io(String),
 }

@@ -23,6 +23,8 @@ use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::auth::{self, Creds};
+use super::sign::{self, SigningKey};
+use super::trust::{Decision, Policy};
 use super::{
     build_artifact, component_interface, parse_config, parse_manifest, ComponentSummary,
     Descriptor, Digest, ImageRef, ImageStore, WasmManifest, INDEX_MEDIA_TYPE, MANIFEST_MEDIA_TYPE,
@@ -62,6 +64,8 @@ pub struct Pulled {
     pub summary: ComponentSummary,
     /// False when the component was already in the store.
     pub fetched_component: bool,
+    /// What the node's trust policy decided, if it has one.
+    pub trust: Option<Decision>,
 }
 
 /// Error bodies and token replies are small; more is not read.
@@ -71,10 +75,16 @@ const SMALL_REPLY: u64 = 1 << 20;
 /// manifest is stored: `wasm-cni pull` compiles it there, so that a
 /// component this host cannot run is refused at pull, not at ADD, and the
 /// first ADD finds it compiled.
+///
+/// With a trust `policy`, the image must pass it before anything of it is
+/// fetched beyond its manifest and signatures, and before anything is
+/// stored; the signatures that passed are stored with it, so that a load
+/// can check them again against the policy of the day.
 pub fn pull(
     store: &ImageStore,
     image: &ImageRef,
     opts: &Options,
+    policy: Option<&Policy>,
     check: &dyn Fn(&Path, &Digest) -> Result<(), String>,
 ) -> Result<Pulled, String> {
     runtime()?.block_on(async {
@@ -114,6 +124,23 @@ pub fn pull(
             }
         }
         let manifest = parse_manifest(&reply.body).map_err(|e| format!("{image}: {e}"))?;
+        let mut signatures = Vec::new();
+        let trust = match policy {
+            Some(policy) => {
+                // A signature image that cannot be read is the rule's
+                // refusal like any other: its message names the rule.
+                let fetched = if policy.wants_signatures(image) {
+                    s.signatures(&digest).await
+                } else {
+                    Ok(Vec::new())
+                };
+                if let Ok(found) = &fetched {
+                    signatures.clone_from(found);
+                }
+                Some(policy.decide(image, &digest, &mut || fetched.clone())?)
+            }
+            None => None,
+        };
         let config = s.blob(&manifest.config, "artifact config").await?;
         let summary = parse_config(&config, &manifest).map_err(|e| format!("{image}: {e}"))?;
         let fetched_component = !store.has_blob(&manifest.layer);
@@ -136,6 +163,9 @@ pub fn pull(
                     return Ok(());
                 }
                 store.put_blob(&manifest.config.digest, &config)?;
+                if matches!(trust, Some(Decision::Verified { .. })) {
+                    store.put_signatures(&digest, &signatures)?;
+                }
                 // The manifest last: once it is there, so is all it names.
                 store.put_blob(&digest, &reply.body)?;
                 store.record(&image.to_string(), &digest, reply.body.len() as u64)
@@ -149,17 +179,20 @@ pub fn pull(
             manifest,
             summary,
             fetched_component,
+            trust,
         })
     })
 }
 
 /// Publish `component` as `image` (a tag) in the CNCF wasm layout, its
 /// config saying it was `created` then; the image by digest on success.
+/// With `key`, a signature of it is pushed beside it (`sign.rs`).
 pub fn push(
     component: &[u8],
     created: SystemTime,
     image: &ImageRef,
     opts: &Options,
+    key: Option<&SigningKey>,
 ) -> Result<ImageRef, String> {
     if image.digest.is_some() {
         return Err(format!(
@@ -200,6 +233,35 @@ pub fn push(
                     "{image}: the registry stored the manifest as {claimed}, we sent {digest}"
                 ));
             }
+        }
+        if let Some(key) = key {
+            let payload = sign::payload(image, &digest);
+            let signature = key.sign(&payload)?;
+            let sig = sign::signature_image(payload, &signature);
+            for (desc, bytes) in [
+                (&sig.payload_descriptor, sig.payload.as_slice()),
+                (&sig.config_descriptor, sig.config.as_slice()),
+            ] {
+                s.upload(image, desc, bytes).await?;
+            }
+            let path = format!(
+                "/v2/{}/manifests/{}",
+                image.repository,
+                sign::signature_tag(&digest)
+            );
+            let reply = s
+                .send(
+                    Method::PUT,
+                    &path,
+                    &[(header::CONTENT_TYPE, MANIFEST_MEDIA_TYPE.into())],
+                    Some(sig.manifest),
+                    SMALL_REPLY,
+                )
+                .await?;
+            reply.expect(
+                StatusCode::CREATED,
+                &format!("pushing the signature of {image}"),
+            )?;
         }
         Ok(image.pinned(digest))
     })
@@ -626,6 +688,35 @@ impl<'a> Session<'a> {
             }
         }
         Ok(())
+    }
+
+    /// The signatures pushed for `manifest` (cosign's tag scheme): each
+    /// payload, verified against its descriptor, with its signature. None
+    /// when the registry has no signature image for it.
+    async fn signatures(&mut self, manifest: &Digest) -> Result<Vec<(Vec<u8>, String)>, String> {
+        let tag = sign::signature_tag(manifest);
+        let what = format!("signatures of {}@{manifest}", self.image.repository);
+        let reply = self
+            .send(
+                Method::GET,
+                &format!("/v2/{}/manifests/{tag}", self.image.repository),
+                &[(header::ACCEPT, MANIFEST_MEDIA_TYPE.into())],
+                None,
+                MAX_MANIFEST_BYTES,
+            )
+            .await?;
+        if reply.status == StatusCode::NOT_FOUND {
+            return Ok(Vec::new());
+        }
+        reply.expect(StatusCode::OK, &what)?;
+        let signed =
+            sign::parse_signature_manifest(&reply.body).map_err(|e| format!("{what}: {e}"))?;
+        let mut out = Vec::with_capacity(signed.len());
+        for one in signed {
+            let payload = self.blob(&one.payload, "signature payload").await?;
+            out.push((payload, one.signature));
+        }
+        Ok(out)
     }
 
     /// A blob by its descriptor, verified.

@@ -173,6 +173,79 @@ impl ImageStore {
         f()
     }
 
+    /// Where the signatures a pull verified for `manifest` are kept:
+    /// `signatures/<hex>.json`, outside the OCI layout's own files.
+    fn signatures_path(&self, manifest: &Digest) -> PathBuf {
+        self.dir
+            .join("signatures")
+            .join(format!("{}.json", manifest.hex()))
+    }
+
+    /// Keep the signatures of `manifest` (each payload and its base64
+    /// signature), for loads to check against the policy of the day.
+    /// Under [`Self::locked`].
+    pub fn put_signatures(
+        &self,
+        manifest: &Digest,
+        signatures: &[(Vec<u8>, String)],
+    ) -> Result<(), ImageError> {
+        use base64::Engine as _;
+        let list: Vec<Value> = signatures
+            .iter()
+            .map(|(payload, sig)| {
+                json!({
+                    "payload": base64::engine::general_purpose::STANDARD.encode(payload),
+                    "signature": sig,
+                })
+            })
+            .collect();
+        let path = self.signatures_path(manifest);
+        if let Some(dir) = path.parent() {
+            fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
+        }
+        let bytes = serde_json::to_vec(&list)
+            .map_err(|e| ImageError::Io(format!("{}: {e}", path.display())))?;
+        write_atomic(&path, &bytes).map_err(|e| io_err(&path, e))
+    }
+
+    /// The signatures kept for `manifest`; none when its pull verified
+    /// none. Read as untrusted as a registry's reply: bounded, and each
+    /// one checked by the policy again.
+    pub fn signatures(&self, manifest: &Digest) -> Result<Vec<(Vec<u8>, String)>, ImageError> {
+        use base64::Engine as _;
+        let path = self.signatures_path(manifest);
+        let bad = |why: String| ImageError::Invalid {
+            what: path.display().to_string(),
+            why,
+        };
+        let mut bytes = Vec::new();
+        match fs::File::open(&path) {
+            Ok(f) => f
+                .take(MAX_MANIFEST_BYTES + 1)
+                .read_to_end(&mut bytes)
+                .map_err(|e| io_err(&path, e))?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_err(&path, e)),
+        };
+        if bytes.len() as u64 > MAX_MANIFEST_BYTES {
+            return Err(bad("larger than 4 MiB".into()));
+        }
+        let list: Vec<Value> = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
+        list.iter()
+            .take(super::sign::MAX_SIGNATURES)
+            .map(|one| {
+                let field = |k: &str| one.get(k).and_then(Value::as_str);
+                match (field("payload"), field("signature")) {
+                    (Some(p), Some(sig)) => base64::engine::general_purpose::STANDARD
+                        .decode(p)
+                        .map(|p| (p, sig.to_string()))
+                        .map_err(|e| bad(e.to_string())),
+                    _ => Err(bad("an entry without payload and signature".into())),
+                }
+            })
+            .collect()
+    }
+
     /// Name a stored manifest in index.json (an entry of the same name is
     /// replaced: a tag pulled again may point elsewhere now). Under
     /// [`Self::locked`].
@@ -235,6 +308,16 @@ impl ImageStore {
                 }
                 freed += entry.metadata().map_or(0, |m| m.len());
                 fs::remove_file(entry.path()).map_err(|e| io_err(&entry.path(), e))?;
+            }
+            for e in &gone {
+                if !needed.contains(e.manifest.hex()) {
+                    let path = self.signatures_path(&e.manifest);
+                    match fs::remove_file(&path) {
+                        Ok(()) => {}
+                        Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+                        Err(err) => return Err(io_err(&path, err)),
+                    }
+                }
             }
             Ok((gone, freed))
         })
