@@ -583,12 +583,7 @@ fn pull(p: &PullArgs) -> Result<i32, String> {
         .clone()
         .or_else(|| conf_dirs.and_then(|d| d.1))
         .unwrap_or_else(|| DEFAULT_CACHE_DIR.into());
-    let explicit = p.trust_policy.clone().or_else(|| {
-        std::env::var_os("WASM_CNI_TRUST_POLICY")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    });
-    let policy = crate::image::trust::load(explicit.as_deref())?;
+    let policy = crate::image::trust::load(p.trust_policy.as_deref())?;
     let store = ImageStore::new(&image_dir);
     let runtime = Runtime::new(&image_dir, Some(cache_dir.clone()))
         .map_err(|e| e.to_string())?

@@ -1,4 +1,5 @@
-//! File helpers shared by the artifact cache and the state stores.
+//! File helpers shared by the artifact cache, the state stores and the
+//! trust policy.
 
 use std::fs::{self, File};
 use std::io::{self, Write};
@@ -7,6 +8,27 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use rustix::fs::{flock, FlockOperation};
+
+/// Owned by root or by us (root can replace our binary anyway), and not
+/// writable by anyone else: a file whose contents decide what the host
+/// runs. `what` names it in the refusal.
+pub fn owned_and_private(meta: &fs::Metadata, what: &str) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let euid = rustix::process::geteuid().as_raw();
+    if meta.uid() != euid && meta.uid() != 0 {
+        return Err(format!(
+            "{what} is owned by uid {}, neither root nor {euid}",
+            meta.uid()
+        ));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(format!(
+            "{what} is group- or world-writable (mode {:o})",
+            meta.mode() & 0o7777
+        ));
+    }
+    Ok(())
+}
 
 /// Write via a temporary file, fsync and rename: a concurrent reader sees
 /// either no artifact or a whole one.

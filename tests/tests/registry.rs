@@ -1105,5 +1105,8 @@ fn untrusted_images_are_refused_by_rule_and_nothing_is_stored() {
     );
     sh(&["chmod", "666", skip.to_str().unwrap()]);
     let e = err(pull_under(&pod.node, &dir.join("images-lax"), &bare, &skip));
-    assert!(e.contains("writable by group or others"), "{e}");
+    assert!(
+        e.contains("skip.json is group- or world-writable (mode 666)"),
+        "{e}"
+    );
 }

@@ -20,7 +20,6 @@
 //! the policy is refused, since whoever could write them decides what the
 //! node runs. A request never names a policy.
 
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -83,11 +82,18 @@ pub enum Decision {
     Verified { rule: usize, key: PathBuf },
 }
 
-/// Where a policy comes from: `explicit` (a flag of the operator's own
-/// command or daemon), else the default path if a file is there.
+/// The variable of a process's own environment that names its policy.
+pub const ENV: &str = "WASM_CNI_TRUST_POLICY";
+
+/// Where a policy comes from, first found: `explicit` (a flag of the
+/// operator's own command or daemon), [`ENV`] in this process's own
+/// environment (never a request's), the default path if a file is there.
 pub fn load(explicit: Option<&Path>) -> Result<Option<Policy>, String> {
-    match explicit {
-        Some(path) => Policy::load(path).map(Some),
+    let from_env = std::env::var_os(ENV)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from);
+    match explicit.map(Path::to_path_buf).or(from_env) {
+        Some(path) => Policy::load(&path).map(Some),
         None => match std::fs::symlink_metadata(DEFAULT_PATH) {
             Ok(_) => Policy::load(Path::new(DEFAULT_PATH)).map(Some),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -104,34 +110,13 @@ fn read_owned(path: &Path, max: u64) -> Result<Vec<u8>, String> {
     let at = |e: std::io::Error| format!("{}: {e}", path.display());
     let file = std::fs::File::open(path).map_err(at)?;
     let meta = file.metadata().map_err(at)?;
-    owned(path, &meta)?;
+    crate::fsutil::owned_and_private(&meta, &path.display().to_string())?;
     if meta.len() > max {
         return Err(format!("{}: larger than {max} bytes", path.display()));
     }
     let mut bytes = Vec::new();
     file.take(max).read_to_end(&mut bytes).map_err(at)?;
     Ok(bytes)
-}
-
-/// Refuse a file others could have written.
-fn owned(path: &Path, meta: &std::fs::Metadata) -> Result<(), String> {
-    let me = rustix::process::geteuid().as_raw();
-    if meta.uid() != 0 && meta.uid() != me {
-        return Err(format!(
-            "{}: owned by uid {}, not by root or by us: whoever owns it decides what this \
-             node runs",
-            path.display(),
-            meta.uid()
-        ));
-    }
-    if meta.mode() & 0o022 != 0 {
-        return Err(format!(
-            "{}: writable by group or others (mode {:o})",
-            path.display(),
-            meta.mode() & 0o7777
-        ));
-    }
-    Ok(())
 }
 
 impl Policy {

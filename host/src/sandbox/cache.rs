@@ -327,23 +327,8 @@ fn ensure_dir(dir: &Path) -> Result<(), TrustError> {
     Ok(())
 }
 
-/// Owned by root or by us (root can replace our binary anyway), and not
-/// writable by anyone else.
 fn owned_and_private(meta: &fs::Metadata, what: &str) -> Result<(), TrustError> {
-    let euid = rustix::process::geteuid().as_raw();
-    if meta.uid() != euid && meta.uid() != 0 {
-        return Err(TrustError::Untrusted(format!(
-            "{what} is owned by uid {}, neither root nor {euid}",
-            meta.uid()
-        )));
-    }
-    if meta.mode() & 0o022 != 0 {
-        return Err(TrustError::Untrusted(format!(
-            "{what} is group- or world-writable (mode {:o})",
-            meta.mode() & 0o7777
-        )));
-    }
-    Ok(())
+    crate::fsutil::owned_and_private(meta, what).map_err(TrustError::Untrusted)
 }
 
 /// Open the cache directory (not through a symlink) and check it on the
