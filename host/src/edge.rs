@@ -82,28 +82,20 @@ pub struct Host {
     etcd: Mutex<HashMap<EtcdConfig, Arc<EtcdStore>>>,
     /// Calls are traced: keep the host's work per plugin call.
     traced: bool,
-    /// The trust policy file given by the operator (the daemon's
-    /// `--trust-policy`, or `WASM_CNI_TRUST_POLICY` in the engine's own
-    /// environment); else the default path, if a file is there. Never a
-    /// request's.
+    /// The trust policy file the operator gave (the daemon's
+    /// `--trust-policy`); without it `image::trust::load` looks where a
+    /// node's policy is. Never a request's.
     trust_policy: Option<PathBuf>,
 }
 
 impl Host {
     pub fn new() -> Self {
-        Host {
-            trust_policy: std::env::var_os("WASM_CNI_TRUST_POLICY")
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from),
-            ..Self::default()
-        }
+        Self::default()
     }
 
-    /// Read the trust policy from `path` rather than the default place.
+    /// Read the trust policy from `path` rather than where a node's is.
     pub fn with_trust_policy(mut self, path: Option<PathBuf>) -> Self {
-        if path.is_some() {
-            self.trust_policy = path;
-        }
+        self.trust_policy = path;
         self
     }
 
@@ -452,7 +444,7 @@ fn dispatch(
         .any(|e| e.limits.image.is_some() || e.ipam_limits.image.is_some());
     let trust = if names_image {
         match crate::image::trust::load(host.trust_policy.as_deref()) {
-            Ok(p) => p.map(Arc::new),
+            Ok(p) => p,
             Err(why) => {
                 return (
                     Err(HostError::from(CniError::new(

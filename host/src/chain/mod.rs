@@ -92,7 +92,7 @@ pub struct Executor {
     /// Keep the host's work per plugin call (the call is traced).
     trace_work: bool,
     /// The node's trust policy, for entries that name an image.
-    trust: Option<Arc<Policy>>,
+    trust: Option<Arc<Trust>>,
 }
 
 /// Where plugin calls are reported, IPAM delegates' included.
@@ -150,8 +150,13 @@ impl Executor {
 
     /// Check chain entries that name an image against the node's trust
     /// policy at every load.
-    pub fn with_trust(mut self, policy: Option<Arc<Policy>>) -> Self {
-        self.trust = policy;
+    pub fn with_trust(mut self, policy: Option<Policy>) -> Self {
+        self.trust = policy.map(|policy| {
+            Arc::new(Trust {
+                policy,
+                passed: Mutex::default(),
+            })
+        });
         self
     }
 
@@ -242,7 +247,7 @@ impl Executor {
                         .and_then(|i| {
                             store.resolve(&i)?;
                             match &self.trust {
-                                Some(policy) => trusted(policy, &store, &i),
+                                Some(trust) => trust.check(&store, &i),
                                 None => Ok(()),
                             }
                         })
@@ -1320,9 +1325,32 @@ fn recorded_result(rec: Option<&AttachmentRecord>) -> Option<CniResult> {
     rec.and_then(|r| result::parse(&r.result, "1.1.0").ok())
 }
 
-/// `image` (resolved, so pinned) passes the node's trust policy today, by
-/// the signatures its pull kept: an image pulled under an older policy is
-/// checked again at every load.
+/// The node's trust policy for one request, with the images that passed
+/// it: ADD's check before any plugin runs and each step's (and delegate's)
+/// load ask the same question, and within one request the answer cannot
+/// change (the policy is read once per request).
+pub(crate) struct Trust {
+    policy: Policy,
+    passed: Mutex<BTreeSet<String>>,
+}
+
+impl Trust {
+    /// `image` (resolved, so pinned) passes the node's trust policy today,
+    /// by the signatures its pull kept: an image pulled under an older
+    /// policy is checked again at every request.
+    fn check(&self, store: &ImageStore, image: &ImageRef) -> Result<(), ImageError> {
+        let key = image.to_string();
+        if self.passed.lock().is_ok_and(|p| p.contains(&key)) {
+            return Ok(());
+        }
+        trusted(&self.policy, store, image)?;
+        if let Ok(mut p) = self.passed.lock() {
+            p.insert(key);
+        }
+        Ok(())
+    }
+}
+
 fn trusted(policy: &Policy, store: &ImageStore, image: &ImageRef) -> Result<(), ImageError> {
     let Some(manifest) = &image.digest else {
         return Err(ImageError::Unpinned(image.to_string()));
@@ -1351,7 +1379,7 @@ fn trusted(policy: &Policy, store: &ImageStore, image: &ImageRef) -> Result<(), 
 pub(crate) fn load_component(
     runtime: &Runtime,
     image_dir: &std::path::Path,
-    trust: Option<&Policy>,
+    trust: Option<&Trust>,
     plugin: &str,
     limits: &crate::cni::config::Limits,
 ) -> Result<Arc<Plugin>, CallError> {
@@ -1366,8 +1394,8 @@ pub(crate) fn load_component(
     let image: ImageRef = image.parse().map_err(image_err)?;
     let store = ImageStore::new(image_dir);
     let resolved = store.resolve(&image).map_err(image_err)?;
-    if let Some(policy) = trust {
-        trusted(policy, &store, &image).map_err(image_err)?;
+    if let Some(trust) = trust {
+        trust.check(&store, &image).map_err(image_err)?;
     }
     if let Some(pin) = limits.sha256.as_deref() {
         if !pin.eq_ignore_ascii_case(&resolved.pin) {

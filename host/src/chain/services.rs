@@ -43,7 +43,7 @@ pub(super) struct StepServices {
     natives: native::Natives,
     image_dir: PathBuf,
     /// The node's trust policy, for a delegate that names an image.
-    pub(super) trust: Option<Arc<crate::image::trust::Policy>>,
+    pub(super) trust: Option<Arc<super::Trust>>,
     cni_version: String,
     /// Set while the delegate holds an allocation made during this step.
     held: Mutex<Option<String>>,
