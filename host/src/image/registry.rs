@@ -124,8 +124,7 @@ pub fn pull(
             }
         }
         let manifest = parse_manifest(&reply.body).map_err(|e| format!("{image}: {e}"))?;
-        let mut signatures = Vec::new();
-        let trust = match policy {
+        let (trust, signatures) = match policy {
             Some(policy) => {
                 // A signature image that cannot be read is the rule's
                 // refusal like any other: its message names the rule.
@@ -134,12 +133,10 @@ pub fn pull(
                 } else {
                     Ok(Vec::new())
                 };
-                if let Ok(found) = &fetched {
-                    signatures.clone_from(found);
-                }
-                Some(policy.decide(image, &digest, &mut || fetched.clone())?)
+                let decision = policy.decide(image, &digest, &mut || fetched.clone())?;
+                (Some(decision), fetched.unwrap_or_default())
             }
-            None => None,
+            None => (None, Vec::new()),
         };
         let config = s.blob(&manifest.config, "artifact config").await?;
         let summary = parse_config(&config, &manifest).map_err(|e| format!("{image}: {e}"))?;
@@ -208,25 +205,14 @@ pub fn push(
         ] {
             s.upload(image, desc, bytes).await?;
         }
-        let path = format!(
-            "/v2/{}/manifests/{}",
-            image.repository,
-            image.manifest_reference()
-        );
         let digest = artifact.manifest_digest();
         let reply = s
-            .send(
-                Method::PUT,
-                &path,
-                &[(header::CONTENT_TYPE, MANIFEST_MEDIA_TYPE.into())],
-                Some(artifact.manifest.clone()),
-                SMALL_REPLY,
+            .put_manifest(
+                &image.manifest_reference(),
+                artifact.manifest.clone(),
+                &format!("pushing the manifest of {image}"),
             )
             .await?;
-        reply.expect(
-            StatusCode::CREATED,
-            &format!("pushing the manifest of {image}"),
-        )?;
         if let Some(claimed) = reply.header("docker-content-digest") {
             if claimed != digest.to_string() {
                 return Err(format!(
@@ -244,24 +230,12 @@ pub fn push(
             ] {
                 s.upload(image, desc, bytes).await?;
             }
-            let path = format!(
-                "/v2/{}/manifests/{}",
-                image.repository,
-                sign::signature_tag(&digest)
-            );
-            let reply = s
-                .send(
-                    Method::PUT,
-                    &path,
-                    &[(header::CONTENT_TYPE, MANIFEST_MEDIA_TYPE.into())],
-                    Some(sig.manifest),
-                    SMALL_REPLY,
-                )
-                .await?;
-            reply.expect(
-                StatusCode::CREATED,
+            s.put_manifest(
+                &sign::signature_tag(&digest),
+                sig.manifest,
                 &format!("pushing the signature of {image}"),
-            )?;
+            )
+            .await?;
         }
         Ok(image.pinned(digest))
     })
@@ -688,6 +662,29 @@ impl<'a> Session<'a> {
             }
         }
         Ok(())
+    }
+
+    /// PUT an OCI image manifest of this session's repository as
+    /// `reference` (a tag or a digest); the registry's reply once it
+    /// answered 201.
+    async fn put_manifest(
+        &mut self,
+        reference: &str,
+        manifest: Vec<u8>,
+        what: &str,
+    ) -> Result<Reply, String> {
+        let path = format!("/v2/{}/manifests/{reference}", self.image.repository);
+        let reply = self
+            .send(
+                Method::PUT,
+                &path,
+                &[(header::CONTENT_TYPE, MANIFEST_MEDIA_TYPE.into())],
+                Some(manifest),
+                SMALL_REPLY,
+            )
+            .await?;
+        reply.expect(StatusCode::CREATED, what)?;
+        Ok(reply)
     }
 
     /// The signatures pushed for `manifest` (cosign's tag scheme): each
