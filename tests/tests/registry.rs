@@ -897,6 +897,28 @@ fn signatures_round_trip_with_a_second_implementation_and_loads_check_them_again
         out.error_msg()
     );
 
+    // The kept signatures are read back as untrusted as a registry's reply:
+    // another image's valid signature put in their place does not pass.
+    let kept = |image: &str| {
+        images
+            .join("signatures")
+            .join(format!("{}.json", &digest_of(image)[7..]))
+    };
+    let ptp_kept = std::fs::read(kept(&ptp)).unwrap();
+    std::fs::copy(kept(&ipam), kept(&ptp)).unwrap();
+    let out = run("ADD", "s2", &trust_a);
+    assert_eq!(out.error_code(), 7, "{}", out.stdout);
+    assert!(
+        out.error_msg().contains(&format!(
+            "a signature names manifest {}, not {}",
+            digest_of(&ipam),
+            digest_of(&ptp)
+        )),
+        "{}",
+        out.error_msg()
+    );
+    std::fs::write(kept(&ptp), ptp_kept).unwrap();
+
     // Through a daemon its operator's policy decides: a peer's own
     // WASM_CNI_TRUST_POLICY (a policy it wrote to let anything in) is not
     // read. The peer here is root; a non-root peer gets no more.
