@@ -12,6 +12,7 @@ mod cluster;
 mod components;
 mod daemon;
 mod ipam;
+mod languages;
 mod plot;
 mod pods;
 mod proc;
@@ -83,7 +84,8 @@ struct Args {
     /// Only these items (1 cycle, 2 chain, 3 floor, 4 components, 5 ipam,
     /// 6 netavark, 7 filtered chain, 8 IPAM on etcd, 9 the daemon over
     /// many cycles, 10 pods at once through containerd's CRI, 11 what
-    /// tracing costs a call); 3 runs with 1.
+    /// tracing costs a call, 12 what a plugin's language costs); 3 runs
+    /// with 1.
     #[arg(long, value_delimiter = ',')]
     only: Vec<u8>,
     /// podman's network backend, the peer of item 6.
@@ -95,6 +97,14 @@ struct Args {
     /// Built components [default: <workspace>/target-guest/components].
     #[arg(long)]
     components: Option<PathBuf>,
+    /// Item 12's examples, `routes-{rs,py,js}.wasm` [default:
+    /// <workspace>/target-guest/polyglot, where `cargo xtask bench` builds
+    /// them].
+    #[arg(long)]
+    languages: Option<PathBuf>,
+    /// Rounds of item 12 (the four chains rotated in each).
+    #[arg(long, default_value_t = 20)]
+    language_rounds: usize,
     /// The reference plugins.
     #[arg(long, default_value = "/usr/lib/cni")]
     reference: PathBuf,
@@ -321,6 +331,10 @@ fn run(args: &Args) -> io::Result<()> {
         // Compiled as the binary compiles: in a child process of it.
         wasm_cni::sandbox::compile::compile_with(progs.wasm_cni.clone());
         report.costs = Some(components::measure(&lib_dir, &scratch, args.cold_reps, 20)?);
+    }
+
+    if want(args, 12) {
+        report.languages = Some(measure_languages(args, &progs, &work, &root, bury)?);
     }
 
     if want(args, 5) {
@@ -572,6 +586,108 @@ struct Report {
     pods: Option<[pods::Burst; 4]>,
     /// Item 11: ADD wall (ms) with tracing off and on, per side.
     tracing: Option<[Vec<f64>; 4]>,
+    /// Item 12: what a plugin's language costs.
+    languages: Option<Languages>,
+}
+
+/// Item 12's figures.
+struct Languages {
+    stat: Vec<languages::Static>,
+    /// ADD+DEL of bridge + host-local, then with the Rust, Python and
+    /// JavaScript example after it.
+    runs: [Vec<Run>; 4],
+    rss: [Vec<Run>; 4],
+}
+
+/// Item 12: the examples' sizes and loads in-process, then bridge +
+/// host-local alone and with each example, one process per call, the four
+/// chains rotated each round.
+fn measure_languages(
+    args: &Args,
+    progs: &Programs,
+    work: &WorkDir,
+    root: &Path,
+    bury: impl Fn(),
+) -> io::Result<Languages> {
+    eprintln!("bench: 12 what a plugin's language costs");
+    let built = args
+        .languages
+        .clone()
+        .unwrap_or_else(|| root.join("target-guest/polyglot"));
+    // One plugin directory with the chain's plugins and the examples, as
+    // symlinks (see item 4).
+    let dir = work.run_dir("lang-plugins")?;
+    for p in ["bridge", "host-local"] {
+        let name = format!("{p}.wasm");
+        std::os::unix::fs::symlink(progs.components.join(&name), dir.join(&name))?;
+    }
+    for (_, name) in languages::LANGS {
+        let from = built.join(format!("{name}.wasm"));
+        if !from.is_file() {
+            return Err(io::Error::other(format!(
+                "{} not found (cargo xtask bench builds it)",
+                from.display()
+            )));
+        }
+        std::os::unix::fs::symlink(&from, dir.join(format!("{name}.wasm")))?;
+    }
+    wasm_cni::sandbox::compile::compile_with(progs.wasm_cni.clone());
+    let scratch = work.run_dir("lang-caches")?;
+    let stat = languages::measure_static(&dir, &scratch, args.cold_reps.min(3), 10)?;
+
+    let lang = Programs {
+        wasm_cni: progs.wasm_cni.clone(),
+        client: progs.client.clone(),
+        floor: progs.floor.clone(),
+        reference: progs.reference.clone(),
+        components: dir,
+        cache: progs.cache.clone(),
+    };
+    let once = |variant: usize| {
+        scenarios::run_entries(&lang, work, Side::WasmCni, None, |state| {
+            let mut chain = vec![scenarios::bridge_entry(state)];
+            if let Some((_, name)) = variant.checked_sub(1).map(|i| languages::LANGS[i]) {
+                chain.push(languages::entry(name));
+            }
+            chain
+        })
+    };
+    // Unmeasured: compiles each example into the run's cache.
+    for v in 0..4 {
+        once(v)?;
+    }
+    let mut runs: [Vec<Run>; 4] = Default::default();
+    let settle = Duration::from_millis(args.settle_ms);
+    for round in 0..args.language_rounds {
+        if round % args.bury_every.max(1) == 0 {
+            bury();
+        }
+        let mut order = [0usize, 1, 2, 3];
+        order.rotate_left(round % 4);
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for v in order {
+            runs[v].push(once(v)?);
+            std::thread::sleep(settle);
+        }
+    }
+    proc::rss_pass(true);
+    let mut rss: [Vec<Run>; 4] = Default::default();
+    let mut outcome = Ok(());
+    'rounds: for _ in 0..RSS_ROUNDS {
+        for (v, out) in rss.iter_mut().enumerate() {
+            match once(v) {
+                Ok(r) => out.push(r),
+                Err(e) => {
+                    outcome = Err(e);
+                    break 'rounds;
+                }
+            }
+        }
+    }
+    proc::rss_pass(false);
+    outcome.map(|()| Languages { stat, runs, rss })
 }
 
 /// Bytes on disk of what a node installs.
@@ -1375,6 +1491,59 @@ impl Report {
                     target: "(cost of tracing)".into(),
                     met: true,
                 });
+            }
+        }
+        if let Some(l) = &self.languages {
+            let _ = writeln!(
+                body,
+                "\n## 12. What a plugin's language costs\n\n\
+                 The worked example, a meta plugin adding the routes its config lists, in Rust \
+                 (`cargo xtask new-plugin`), Python (componentize-py) and JavaScript \
+                 (componentize-js); the last two with the limits they need (README, \"Plugins in \
+                 Python and JavaScript\"). In-process through the `wasm_cni` library: compile and \
+                 pre-link with an empty cache, and the load of the cached artifact by a fresh \
+                 runtime. Median (p25–p75).\n\n\
+                 | | component, MB | cold compile, ms | warm load, ms |\n|---|---|---|---|"
+            );
+            for st in &l.stat {
+                let _ = writeln!(
+                    body,
+                    "| {} | {:.1} | {} | {} |",
+                    st.label,
+                    st.bytes as f64 / 1e6,
+                    cell(&st.cold),
+                    cell(&st.warm)
+                );
+            }
+            let _ = writeln!(
+                body,
+                "\nOne `wasm-cni` process per call, bridge + host-local alone and followed by each \
+                 example, in fresh namespaces, {} rounds with the chains rotated (one unmeasured \
+                 run of each first, which compiles it). ADD wall, ms, median (p25–p75); \"+ plugin\": \
+                 the median of the chain's ADD minus the median without it; peak RSS of the ADD and \
+                 DEL processes, MiB, median of {} runs.\n\n\
+                 | chain | ADD wall | + plugin | peak RSS |\n|---|---|---|---|",
+                l.runs[0].len(),
+                l.rss[0].len(),
+            );
+            let base = summarize(&column(&l.runs[0], Run::add_wall_ms)).median;
+            for (i, runs) in l.runs.iter().enumerate() {
+                let label = match i {
+                    0 => "bridge + host-local".to_string(),
+                    _ => format!("+ {} routes", languages::LANGS[i - 1].0),
+                };
+                let add = summarize(&column(runs, Run::add_wall_ms));
+                let extra = match i {
+                    0 => String::new(),
+                    _ => format!("{} ms", num(add.median - base)),
+                };
+                let rss = summarize(&column(&l.rss[i], Run::peak_rss_mib));
+                let _ = writeln!(
+                    body,
+                    "| {label} | {} | {extra} | {} |",
+                    cell(&add),
+                    num(rss.median)
+                );
             }
         }
         if let Some(bursts) = &self.pods {

@@ -287,7 +287,8 @@ pub fn filtered_once(
     })
 }
 
-fn run_entries(
+/// One run of the chain `make` writes (given the run's state directory).
+pub fn run_entries(
     progs: &Programs,
     work: &WorkDir,
     side: Side,

@@ -6,6 +6,7 @@
 
 mod image;
 mod plugins;
+mod polyglot;
 mod scaffold;
 mod setup;
 mod tasks;
@@ -48,6 +49,16 @@ enum Task {
         /// unless `--out` says otherwise.
         #[arg(long = "crate", value_name = "DIR", conflicts_with = "only")]
         external: Option<PathBuf>,
+    },
+    /// Build the plugins written in Python and JavaScript
+    /// (guest-plugins/polyglot, tests/polyglot) into
+    /// target-guest/polyglot, installing componentize-py from PyPI and
+    /// componentize-js from npm into target/polyglot first (pinned, once),
+    /// and the same example in Rust as `routes-rs.wasm`.
+    Polyglot {
+        /// [default: <workspace>/target-guest/polyglot]
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
     },
     /// Start a plugin crate outside this repository: the README's worked
     /// example (a meta plugin adding routes) on this checkout's SDK, with a
@@ -163,6 +174,7 @@ fn main() -> ExitCode {
             only,
             external: None,
         } => workspace_root().and_then(|root| plugins::run(root, out, verbose, &only)),
+        Task::Polyglot { out } => workspace_root().and_then(|root| polyglot::run(root, out, true)),
         Task::NewPlugin { dir, name } => {
             workspace_root().and_then(|root| scaffold::run(root, &dir, name.as_deref()))
         }

@@ -43,6 +43,9 @@ pub const TEST_PACKAGES: &[&str] = &[
     // The kubelet's runtime: containerd 1.6's CRI runs pods on the node the
     // DaemonSet installs (and `ctr` loads the offline pause image).
     "containerd",
+    // The JavaScript plugins' toolchain (componentize-js, from npm) runs
+    // on Node.js; the Python one comes as a wheel into a venv.
+    "nodejs",
     // A real Prometheus scrapes the daemon and answers the Grafana
     // dashboard's queries (host/deploy/dashboards).
     "prometheus",

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use crate::{fail, plugins, setup, toolchain, Context, Result};
+use crate::{fail, plugins, polyglot, setup, toolchain, Context, Result};
 
 /// Run a cargo subcommand in the workspace with the toolchain that runs us.
 fn cargo(root: &Path, args: &[&str]) -> Result<()> {
@@ -251,6 +251,8 @@ pub fn test(root: &Path) -> Result<()> {
     let build = StaticBuild::detect()?;
     let bin = build_host(root, &build)?;
     plugins::run(root, None, false, &[])?;
+    // The Python and JavaScript examples and fixtures (tests/polyglot.rs).
+    polyglot::run(root, None, false)?;
     let args = build.args(
         "clippy",
         &[
@@ -533,6 +535,8 @@ pub fn bench(root: &Path, args: &[String]) -> Result<()> {
     setup::run(&packages)?;
     let dir = build_host(root, &StaticBuild::detect()?)?;
     plugins::run(root, None, false, &[])?;
+    // Item 12's examples in Rust, Python and JavaScript.
+    polyglot::run(root, None, true)?;
     let bin = dir.join("wasm-cni-bench");
     let status = Command::new(&bin)
         .args(args)
