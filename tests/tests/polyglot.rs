@@ -135,6 +135,29 @@ fn the_python_and_javascript_examples_run_after_bridge_in_a_chain() {
         .assert_ok();
     assert_eq!(ctr.exec(&["ip", "route", "show", "192.168.62.0/24"]), "");
     assert!(!ctr.try_exec(&["ip", "link", "show", "eth0"]));
+
+    // A config the example cannot use fails ADD with code 7 in either
+    // language, and the chain before it is rolled back.
+    for (ty, bad, says) in [
+        ("routes-py", json!("192.168.62.0/24"), "routes is not a list"),
+        ("routes-js", json!([{"gw": "10.62.0.1"}]), "a route is an object"),
+    ] {
+        let conf = sb.conf(
+            "1.1.0",
+            "polynet",
+            json!([
+                {"type": "bridge", "bridge": "polybr0", "isGateway": true,
+                 "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.62.0.0/24"}]]}},
+                {"type": ty, "routes": bad, "wasm": interpreter_limits()}
+            ]),
+        );
+        let add = Invocation::new("ADD")
+            .netns(ctr.path())
+            .run_in(Some(&node.name), &conf);
+        assert_eq!(add.error_code(), 7, "{ty}: {add:?}");
+        assert!(add.error_msg().contains(says), "{ty}: {add:?}");
+        assert!(!ctr.try_exec(&["ip", "link", "show", "eth0"]), "{ty}");
+    }
 }
 
 /// One ADD of the hostile plugin doing `what`, alone in its chain.
