@@ -139,8 +139,16 @@ fn the_python_and_javascript_examples_run_after_bridge_in_a_chain() {
     // A config the example cannot use fails ADD with code 7 in either
     // language, and the chain before it is rolled back.
     for (ty, bad, says) in [
-        ("routes-py", json!("192.168.62.0/24"), "routes is not a list"),
-        ("routes-js", json!([{"gw": "10.62.0.1"}]), "a route is an object"),
+        (
+            "routes-py",
+            json!("192.168.62.0/24"),
+            "routes is not a list",
+        ),
+        (
+            "routes-js",
+            json!([{"gw": "10.62.0.1"}]),
+            "a route is an object",
+        ),
     ] {
         let conf = sb.conf(
             "1.1.0",
