@@ -2,6 +2,7 @@
 
 use crate::cni::{CniError, ErrorCode};
 use crate::sandbox::{AbortCause, CallError};
+use crate::store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {
@@ -163,9 +164,10 @@ fn call_error(e: CallError) -> CniError {
         | CallError::DigestMismatch { .. }
         | CallError::CompileLimit { .. } => CniError::new(ErrorCode::InvalidConfig, msg),
         // A cluster store out of reach at commit: nothing was written.
-        CallError::Store { source, .. } if crate::store::etcd::is_unavailable(&source) => {
-            CniError::new(ErrorCode::TryAgainLater, msg)
-        }
+        CallError::Store {
+            source: StoreError::Unavailable(_) | StoreError::Busy(_),
+            ..
+        } => CniError::new(ErrorCode::TryAgainLater, msg),
         CallError::Read { .. } | CallError::Store { .. } => CniError::new(ErrorCode::Io, msg),
         // Another call holds the state, or the cluster store is out of
         // reach: the runtime may retry.

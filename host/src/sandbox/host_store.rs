@@ -7,6 +7,8 @@ use super::bindings::types::Attachment;
 use super::state::Ctx;
 use crate::cni::Command;
 use crate::state::now_ms;
+// The backend's failure, as opposed to the WIT's `store-error` the plugin sees.
+use crate::store::StoreError as Failure;
 use crate::store::{valid_key, Entry, Owner, ScopeData};
 
 type R<T> = wasmtime::Result<Result<T, StoreError>>;
@@ -125,14 +127,14 @@ impl Ctx {
                 // plugin to do, and the runtime should retry (code 11).
                 // A cluster store out of reach (or too slow): code 11 too,
                 // with what went wrong.
-                Err(e) if crate::store::etcd::is_unavailable(&e) => {
+                Err(Failure::Unavailable(why)) => {
                     self.store_unavailable = Some(format!(
-                        "{}/{}: {e}",
+                        "{}/{}: {why}",
                         access.scope.network, access.scope.plugin
                     ));
                     return Err(wasmtime::Error::msg("state store unavailable"));
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                Err(Failure::Busy(_)) => {
                     self.store_busy =
                         Some(format!("{}/{}", access.scope.network, access.scope.plugin));
                     return Err(wasmtime::Error::msg("store scope busy until the deadline"));

@@ -50,6 +50,7 @@ use limits::{MemoryCap, Ticker};
 use state::Ctx;
 
 use crate::cni::CniError;
+use crate::store::StoreError;
 
 /// Host services a plugin call may use through its imports. The chain
 /// executor implements this for the attachment being processed; the sandbox
@@ -187,7 +188,7 @@ pub enum CallError {
     #[error("plugin {plugin:?}: saving its state: {source}")]
     Store {
         plugin: String,
-        source: std::io::Error,
+        source: crate::store::StoreError,
     },
     #[error("plugin {plugin:?}: {verb}: {cause}")]
     Aborted {
@@ -666,10 +667,10 @@ impl Runtime {
                 continue;
             }
             match once {
-                Err(CallError::Store { source, .. })
-                    if crate::store::etcd::is_conflict(&source)
-                        && std::time::Instant::now() + pause < deadline =>
-                {
+                Err(CallError::Store {
+                    source: source @ StoreError::Conflict(_),
+                    ..
+                }) if std::time::Instant::now() + pause < deadline => {
                     crate::log::debug(format_args!("{}: {source}; running it again", plugin.name));
                     // A little jitter keeps two losers from meeting again.
                     std::thread::sleep(
@@ -680,9 +681,10 @@ impl Runtime {
                     );
                     pause = (pause * 2).min(std::time::Duration::from_millis(20));
                 }
-                Err(CallError::Store { plugin: p, source })
-                    if crate::store::etcd::is_conflict(&source) =>
-                {
+                Err(CallError::Store {
+                    plugin: p,
+                    source: source @ StoreError::Conflict(_),
+                }) => {
                     return Err(CallError::Aborted {
                         plugin: p,
                         verb: call.verb(),
@@ -799,7 +801,7 @@ impl Runtime {
                 // A conflict is worth running again only for a call that
                 // changed nothing else; for one that did, it is plain
                 // unavailability (code 11, the runtime retries the chain).
-                Err(e) if acted && crate::store::etcd::is_conflict(&e) => {
+                Err(e @ StoreError::Conflict(_)) if acted => {
                     return Err(aborted(AbortCause::StoreUnavailable(e.to_string())))
                 }
                 Err(e) => {

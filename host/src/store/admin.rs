@@ -18,7 +18,7 @@ use std::time::UNIX_EPOCH;
 use rustix::fs::{flock, FlockOperation};
 use serde::Serialize;
 
-use super::{valid_key, Entry, Owner, Scope, StateStore};
+use super::{valid_key, Entry, Owner, Scope, StateStore, StoreError, StoreResult};
 use crate::cni::env::valid_name;
 
 /// The scope plugin the import writes to.
@@ -103,7 +103,11 @@ fn view(key: &str, e: &Entry, wait: Option<u64>, now: u64) -> EntryView {
 }
 
 /// Every scope with entries, of one network or all, as of `now` (ms).
-pub fn list(store: &dyn StateStore, network: Option<&str>, now: u64) -> io::Result<Vec<ScopeView>> {
+pub fn list(
+    store: &dyn StateStore,
+    network: Option<&str>,
+    now: u64,
+) -> StoreResult<Vec<ScopeView>> {
     list_by(store, network, now, None)
 }
 
@@ -113,7 +117,7 @@ pub fn list_by(
     network: Option<&str>,
     now: u64,
     deadline: Option<std::time::Instant>,
-) -> io::Result<Vec<ScopeView>> {
+) -> StoreResult<Vec<ScopeView>> {
     let networks = match network {
         Some(n) => vec![n.to_string()],
         None => store.networks()?,
@@ -130,7 +134,7 @@ pub fn list_by(
             // committed.
             let mut txn = match store.begin_by(&scope, deadline) {
                 Ok(t) => t,
-                Err(e) if e.kind() == io::ErrorKind::TimedOut => continue,
+                Err(StoreError::Busy(_)) => continue,
                 Err(e) => return Err(e),
             };
             let data = txn.data();
@@ -288,7 +292,7 @@ pub fn import_store(
     to: &dyn StateStore,
     network: Option<&str>,
 ) -> Result<Vec<ImportReport>, ImportError> {
-    let store_err = |e: io::Error| ImportError::Invalid(format!("store: {e}"));
+    let store_err = |e: StoreError| ImportError::Invalid(format!("store: {e}"));
     let networks = match network {
         Some(n) => vec![n.to_string()],
         None => from.networks().map_err(store_err)?,

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use std::time::Instant;
 
-use super::{Scope, ScopeData, StateStore, Txn};
+use super::{lock_failed, Scope, ScopeData, StateStore, StoreResult, Txn};
 use crate::fsutil::{lock_exclusive, write_atomic};
 
 pub struct DiskStore {
@@ -46,18 +46,18 @@ impl Txn for DiskTxn {
         &mut self.data
     }
 
-    fn commit(self: Box<Self>) -> io::Result<()> {
+    fn commit(self: Box<Self>) -> StoreResult<()> {
         let bytes = serde_json::to_vec(&self.data).map_err(io::Error::other)?;
-        write_atomic(&self.path, &bytes)
+        Ok(write_atomic(&self.path, &bytes)?)
     }
 }
 
 impl StateStore for DiskStore {
-    fn ready(&self, _deadline: Option<Instant>) -> io::Result<()> {
-        crate::fsutil::probe_writable(&self.root)
+    fn ready(&self, _deadline: Option<Instant>) -> StoreResult<()> {
+        Ok(crate::fsutil::probe_writable(&self.root)?)
     }
 
-    fn begin_by(&self, scope: &Scope, deadline: Option<Instant>) -> io::Result<Box<dyn Txn>> {
+    fn begin_by(&self, scope: &Scope, deadline: Option<Instant>) -> StoreResult<Box<dyn Txn>> {
         let (path, lock_path) = self.files(scope);
         if let Some(dir) = path.parent() {
             fs::create_dir_all(dir)?;
@@ -68,7 +68,7 @@ impl StateStore for DiskStore {
             .write(true)
             .mode(0o600)
             .open(&lock_path)?;
-        lock_exclusive(&lock, deadline)?;
+        lock_exclusive(&lock, deadline).map_err(|e| lock_failed(scope, e))?;
         sweep_temp_files(&path);
         let data = match fs::read(&path) {
             Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
@@ -78,7 +78,7 @@ impl StateStore for DiskStore {
                 )
             })?,
             Err(e) if e.kind() == io::ErrorKind::NotFound => ScopeData::default(),
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         };
         Ok(Box::new(DiskTxn {
             path,
@@ -87,14 +87,14 @@ impl StateStore for DiskStore {
         }))
     }
 
-    fn scopes(&self, network: &str) -> io::Result<Vec<String>> {
-        list(&self.root.join(network), |name| {
+    fn scopes(&self, network: &str) -> StoreResult<Vec<String>> {
+        Ok(list(&self.root.join(network), |name| {
             name.strip_suffix(".json").map(str::to_string)
-        })
+        })?)
     }
 
-    fn networks(&self) -> io::Result<Vec<String>> {
-        list(&self.root, |name| Some(name.to_string()))
+    fn networks(&self) -> StoreResult<Vec<String>> {
+        Ok(list(&self.root, |name| Some(name.to_string()))?)
     }
 }
 
@@ -231,8 +231,12 @@ mod tests {
         };
         fs::create_dir_all(r.join("n")).unwrap();
         fs::write(r.join("n/p.json"), b"{\"entries\":").unwrap();
-        let err = store.begin(&scope).err().unwrap();
-        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        match store.begin(&scope).err() {
+            Some(crate::store::StoreError::Io(e)) => {
+                assert_eq!(e.kind(), io::ErrorKind::InvalidData)
+            }
+            other => panic!("a corrupt scope is not an I/O error: {other:?}"),
+        }
         fs::remove_dir_all(&r).unwrap();
     }
 }

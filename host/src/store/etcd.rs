@@ -14,7 +14,7 @@
 //! key it writes with its revision as read (or its absence). Two nodes
 //! taking different addresses never wait for each other; two taking the same
 //! one conflict on that key, and the loser's whole plugin call is run again
-//! on a fresh snapshot ([`Conflict`], retried by the sandbox within the
+//! on a fresh snapshot ([`StoreError::Conflict`], retried by the sandbox within the
 //! call's deadline). Within one node the scope is also locked (flock under
 //! the local state directory), so a node's own concurrent calls queue as
 //! with the local store instead of conflicting.
@@ -26,7 +26,8 @@
 //! (NTP) to well within `reuseIPWait`.
 //!
 //! Every etcd request is bounded by `timeoutMs` and by the call's deadline;
-//! past either, or with etcd unreachable, the call fails with [`Unavailable`]
+//! past either, or with etcd unreachable, the call fails with
+//! [`StoreError::Unavailable`]
 //! (CNI code 11) and nothing is written: an etcd transaction applies whole
 //! or not at all.
 
@@ -47,7 +48,7 @@ use serde::Deserialize;
 
 use ipnet::IpNet;
 
-use super::{Entry, Scope, ScopeData, StateStore, Txn, View};
+use super::{lock_failed, Entry, Scope, ScopeData, StateStore, StoreError, StoreResult, Txn, View};
 use crate::fsutil::lock_exclusive;
 
 /// The `store` object of a wasm-cni config with `"type": "etcd"`.
@@ -163,44 +164,8 @@ fn valid_node(n: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
 }
 
-/// The store could not be reached in time: the runtime should retry later
-/// (CNI code 11). Nothing was written.
-#[derive(Debug)]
-pub struct Unavailable(pub String);
-
-impl std::fmt::Display for Unavailable {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Unavailable {}
-
-/// Another node changed a key this transaction read and wrote: nothing was
-/// written, and the call may be run again on a fresh snapshot.
-#[derive(Debug)]
-pub struct Conflict(pub String);
-
-impl std::fmt::Display for Conflict {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Conflict {}
-
-/// Whether `e` is a [`Conflict`].
-pub fn is_conflict(e: &io::Error) -> bool {
-    e.get_ref().is_some_and(|i| i.is::<Conflict>())
-}
-
-/// Whether `e` is an [`Unavailable`].
-pub fn is_unavailable(e: &io::Error) -> bool {
-    e.get_ref().is_some_and(|i| i.is::<Unavailable>())
-}
-
-fn unavailable(msg: String) -> io::Error {
-    io::Error::new(io::ErrorKind::TimedOut, Unavailable(msg))
+fn unavailable(msg: String) -> StoreError {
+    StoreError::Unavailable(msg)
 }
 
 /// The largest reply the client reads (a scope's three ranges at once).
@@ -220,10 +185,11 @@ fn stored(key: &str, value: usize) -> usize {
 }
 
 /// An etcd failure as the host reports it: out of reach, too slow, a leader
-/// change, an overloaded member ([`Unavailable`], "try again later"); else
+/// change, an overloaded member ([`StoreError::Unavailable`], "try again
+/// later"); else
 /// permanent (a reply over the limit, a request etcd finds too large, bad
 /// credentials, no permission), which retrying cannot mend.
-fn failure(e: etcd_client::Error) -> io::Error {
+fn failure(e: etcd_client::Error) -> StoreError {
     use etcd_client::Error as E;
     // gRPC status codes: CANCELLED 1, UNKNOWN 2, DEADLINE_EXCEEDED 4,
     // RESOURCE_EXHAUSTED 8, ABORTED 10, INTERNAL 13, UNAVAILABLE 14.
@@ -235,7 +201,7 @@ fn failure(e: etcd_client::Error) -> io::Error {
     if transient {
         unavailable(format!("etcd: {e}"))
     } else {
-        io::Error::other(format!("etcd: {e}"))
+        io::Error::other(format!("etcd: {e}")).into()
     }
 }
 
@@ -572,7 +538,7 @@ impl Inner {
 
     /// How long the next request may take: the configured bound, cut to
     /// what is left of `deadline`.
-    fn budget(&self, deadline: Option<Instant>) -> io::Result<Duration> {
+    fn budget(&self, deadline: Option<Instant>) -> StoreResult<Duration> {
         let bound = Duration::from_millis(self.conf.timeout_ms);
         let left = match deadline {
             Some(d) => d.saturating_duration_since(Instant::now()).min(bound),
@@ -620,7 +586,7 @@ impl Inner {
     }
 
     /// The connected client, connecting first if need be, within `deadline`.
-    fn client(&self, deadline: Option<Instant>) -> io::Result<Client> {
+    fn client(&self, deadline: Option<Instant>) -> StoreResult<Client> {
         if let Ok(g) = self.client.lock() {
             if let Some(c) = g.as_ref() {
                 return Ok(c.clone());
@@ -649,7 +615,11 @@ impl Inner {
     }
 
     /// Run one etcd transaction within the budget.
-    fn run(&self, txn: EtcdTxn, deadline: Option<Instant>) -> io::Result<etcd_client::TxnResponse> {
+    fn run(
+        &self,
+        txn: EtcdTxn,
+        deadline: Option<Instant>,
+    ) -> StoreResult<etcd_client::TxnResponse> {
         let client = self.client(deadline)?;
         let timeout = self.budget(deadline)?;
         // tonic's default (4 MiB) is below what a scope may hold.
@@ -682,7 +652,7 @@ impl Inner {
     /// stale snapshot cannot do harm, since the commit compares every key
     /// it writes with the revision read (stale means a conflict, and the
     /// call runs again).
-    fn read(&self, scope: &Scope, deadline: Option<Instant>) -> io::Result<Snapshot> {
+    fn read(&self, scope: &Scope, deadline: Option<Instant>) -> StoreResult<Snapshot> {
         let p = self.prefixes(scope);
         let get = |prefix: &str| {
             TxnOp::get(
@@ -702,10 +672,10 @@ impl Inner {
                 );
             }
         }
-        parse_snapshot(&p, kvs)
+        Ok(parse_snapshot(&p, kvs)?)
     }
 
-    fn lock(&self, scope: &Scope, deadline: Option<Instant>) -> io::Result<File> {
+    fn lock(&self, scope: &Scope, deadline: Option<Instant>) -> StoreResult<File> {
         let dir = self.lock_root.join(&scope.network);
         fs::create_dir_all(&dir)?;
         let lock = OpenOptions::new()
@@ -714,7 +684,7 @@ impl Inner {
             .write(true)
             .mode(0o600)
             .open(dir.join(format!("{}.lock", scope.plugin)))?;
-        lock_exclusive(&lock, deadline)?;
+        lock_exclusive(&lock, deadline).map_err(|e| lock_failed(scope, e))?;
         Ok(lock)
     }
 }
@@ -728,7 +698,7 @@ impl Txn for EtcdTxnState {
         !self.shown.is_empty()
     }
 
-    fn commit(self: Box<Self>) -> io::Result<()> {
+    fn commit(self: Box<Self>) -> StoreResult<()> {
         let store = &*self.store;
         let p = store.prefixes(&self.scope);
         let writes = plan(&p, &self.snap, &self.data, &self.shown, &store.node)?;
@@ -737,7 +707,7 @@ impl Txn for EtcdTxnState {
         }
         let after = self.snap.stored_after(&writes);
         if after > MAX_SCOPE_STORED_BYTES {
-            return Err(io::Error::other(format!(
+            return Err(StoreError::Quota(format!(
                 "{}/{}: the scope would hold {after} bytes in etcd, over the limit of {MAX_SCOPE_STORED_BYTES} (every read of it must fit a reply of {MAX_REPLY_BYTES})",
                 self.scope.network, self.scope.plugin
             )));
@@ -760,16 +730,16 @@ impl Txn for EtcdTxnState {
         if resp.succeeded() {
             Ok(())
         } else {
-            Err(io::Error::other(Conflict(format!(
+            Err(StoreError::Conflict(format!(
                 "{}/{}: another node changed what this call read",
                 self.scope.network, self.scope.plugin
-            ))))
+            )))
         }
     }
 }
 
 impl StateStore for EtcdStore {
-    fn begin_by(&self, scope: &Scope, deadline: Option<Instant>) -> io::Result<Box<dyn Txn>> {
+    fn begin_by(&self, scope: &Scope, deadline: Option<Instant>) -> StoreResult<Box<dyn Txn>> {
         self.begin_for(scope, deadline, View::Whole)
     }
 
@@ -778,7 +748,7 @@ impl StateStore for EtcdStore {
         scope: &Scope,
         deadline: Option<Instant>,
         view: View,
-    ) -> io::Result<Box<dyn Txn>> {
+    ) -> StoreResult<Box<dyn Txn>> {
         let inner = &self.inner;
         // Connected before the node's lock is taken: the locked stretch is
         // the read, the plugin and the commit, not a handshake.
@@ -801,15 +771,15 @@ impl StateStore for EtcdStore {
         }))
     }
 
-    fn scopes(&self, network: &str) -> io::Result<Vec<String>> {
+    fn scopes(&self, network: &str) -> StoreResult<Vec<String>> {
         self.inner.children(&format!("scopes/{network}/"))
     }
 
-    fn networks(&self) -> io::Result<Vec<String>> {
+    fn networks(&self) -> StoreResult<Vec<String>> {
         self.inner.children("scopes/")
     }
 
-    fn ready(&self, deadline: Option<Instant>) -> io::Result<()> {
+    fn ready(&self, deadline: Option<Instant>) -> StoreResult<()> {
         // A count of at most one key: a round trip that reads nothing,
         // whatever the cluster holds. Linearizable (unlike the scope reads):
         // a member cut off from the quorum still serves serializable reads,
@@ -832,7 +802,7 @@ impl Inner {
     /// The distinct first path segments of the keys under `P/<under>`, in
     /// key order (etcd returns keys sorted): networks, or a network's
     /// plugin scopes.
-    fn children(&self, under: &str) -> io::Result<Vec<String>> {
+    fn children(&self, under: &str) -> StoreResult<Vec<String>> {
         let prefix = format!("{}/{under}", self.conf.prefix.trim_end_matches('/'));
         let txn = EtcdTxn::new().and_then(vec![TxnOp::get(
             prefix.clone(),
@@ -1079,7 +1049,7 @@ mod tests {
             .begin_by(&scope, Some(Instant::now() + Duration::from_secs(5)))
             .err()
             .unwrap();
-        assert!(is_unavailable(&e), "{e}");
+        assert!(matches!(e, StoreError::Unavailable(_)), "{e}");
         assert!(
             started.elapsed() < Duration::from_millis(2000),
             "{:?}",

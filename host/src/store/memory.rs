@@ -5,7 +5,7 @@ use std::io;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
-use super::{Scope, ScopeData, StateStore, Txn};
+use super::{Scope, ScopeData, StateStore, StoreError, StoreResult, Txn};
 
 type Key = (String, String);
 
@@ -35,7 +35,7 @@ impl Txn for MemoryTxn {
         &mut self.data
     }
 
-    fn commit(mut self: Box<Self>) -> io::Result<()> {
+    fn commit(mut self: Box<Self>) -> StoreResult<()> {
         let data = std::mem::take(&mut self.data);
         let mut inner = self.inner.0.lock().map_err(|_| poisoned())?;
         inner.data.insert(self.key.clone(), data);
@@ -53,7 +53,7 @@ impl Drop for MemoryTxn {
 }
 
 impl StateStore for MemoryStore {
-    fn begin_by(&self, scope: &Scope, deadline: Option<Instant>) -> io::Result<Box<dyn Txn>> {
+    fn begin_by(&self, scope: &Scope, deadline: Option<Instant>) -> StoreResult<Box<dyn Txn>> {
         let key = (scope.network.clone(), scope.plugin.clone());
         let (lock, cond) = &*self.inner;
         let mut inner = lock.lock().map_err(|_| poisoned())?;
@@ -63,10 +63,10 @@ impl StateStore for MemoryStore {
                 Some(d) => {
                     let left = d.saturating_duration_since(Instant::now());
                     if left.is_zero() {
-                        return Err(io::Error::new(
-                            io::ErrorKind::TimedOut,
-                            "still locked by another call at the deadline",
-                        ));
+                        return Err(StoreError::Busy(format!(
+                            "{}/{}: still locked by another call at the deadline",
+                            scope.network, scope.plugin
+                        )));
                     }
                     cond.wait_timeout(inner, left).map_err(|_| poisoned())?.0
                 }
@@ -81,7 +81,7 @@ impl StateStore for MemoryStore {
         }))
     }
 
-    fn scopes(&self, network: &str) -> io::Result<Vec<String>> {
+    fn scopes(&self, network: &str) -> StoreResult<Vec<String>> {
         let inner = self.inner.0.lock().map_err(|_| poisoned())?;
         Ok(inner
             .data
@@ -91,7 +91,7 @@ impl StateStore for MemoryStore {
             .collect())
     }
 
-    fn networks(&self) -> io::Result<Vec<String>> {
+    fn networks(&self) -> StoreResult<Vec<String>> {
         let inner = self.inner.0.lock().map_err(|_| poisoned())?;
         let mut v: Vec<String> = inner.data.keys().map(|(n, _)| n.clone()).collect();
         v.dedup();

@@ -72,11 +72,49 @@ pub struct Scope {
     pub data_dir: Option<std::path::PathBuf>,
 }
 
+/// Why a store operation failed. Each kind asks something different of the
+/// caller, so it is a variant, never a string or a wrapped error to look
+/// inside.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The scope stayed locked by another call until the deadline. Nothing
+    /// was read; the runtime may try again later (CNI code 11).
+    #[error("{0}")]
+    Busy(String),
+    /// A cluster store out of reach or too slow. Nothing was written; the
+    /// runtime may try again later (code 11).
+    #[error("{0}")]
+    Unavailable(String),
+    /// Another node changed a key this transaction read and wrote. Nothing
+    /// was written; the call may run again on a fresh snapshot.
+    #[error("{0}")]
+    Conflict(String),
+    /// The scope would outgrow what the store keeps for one. Refused for
+    /// good: retrying cannot mend it.
+    #[error("{0}")]
+    Quota(String),
+    /// Anything else: the file system, a corrupt record, credentials.
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// A lock wait that ended at the deadline is [`StoreError::Busy`], naming
+/// the scope; any other failure to lock is I/O.
+fn lock_failed(scope: &Scope, e: io::Error) -> StoreError {
+    if e.kind() == io::ErrorKind::TimedOut {
+        StoreError::Busy(format!("{}/{}: {e}", scope.network, scope.plugin))
+    } else {
+        StoreError::Io(e)
+    }
+}
+
 /// An open, locked transaction on one scope. Dropping it without `commit`
 /// discards every change and releases the lock.
 pub trait Txn: Send {
     fn data(&mut self) -> &mut ScopeData;
-    fn commit(self: Box<Self>) -> io::Result<()>;
+    fn commit(self: Box<Self>) -> StoreResult<()>;
     /// Whether the data shows less of the pool than there is (a cluster
     /// store's [`View::Own`] hid other nodes' blocks).
     fn narrowed(&self) -> bool {
@@ -97,29 +135,29 @@ pub enum View {
 /// Where scopes live.
 pub trait StateStore: Send + Sync {
     /// Lock `scope` and read it, waiting for other holders until `deadline`
-    /// (without one, as long as they hold it); `TimedOut` past it.
-    fn begin_by(&self, scope: &Scope, deadline: Option<Instant>) -> io::Result<Box<dyn Txn>>;
+    /// (without one, as long as they hold it); [`StoreError::Busy`] past it.
+    fn begin_by(&self, scope: &Scope, deadline: Option<Instant>) -> StoreResult<Box<dyn Txn>>;
     /// [`StateStore::begin_by`] with a [`View`].
     fn begin_for(
         &self,
         scope: &Scope,
         deadline: Option<Instant>,
         _view: View,
-    ) -> io::Result<Box<dyn Txn>> {
+    ) -> StoreResult<Box<dyn Txn>> {
         self.begin_by(scope, deadline)
     }
     /// [`StateStore::begin_by`] without a deadline (operator commands).
-    fn begin(&self, scope: &Scope) -> io::Result<Box<dyn Txn>> {
+    fn begin(&self, scope: &Scope) -> StoreResult<Box<dyn Txn>> {
         self.begin_by(scope, None)
     }
     /// The scopes of a network (plugin types), for the operator view.
-    fn scopes(&self, network: &str) -> io::Result<Vec<String>>;
+    fn scopes(&self, network: &str) -> StoreResult<Vec<String>>;
     /// Networks with any state.
-    fn networks(&self) -> io::Result<Vec<String>>;
+    fn networks(&self) -> StoreResult<Vec<String>>;
     /// Whether a transaction could commit now, answered within `deadline`
     /// (STATUS): the local store's directory is writable, a cluster store
     /// answers.
-    fn ready(&self, _deadline: Option<Instant>) -> io::Result<()> {
+    fn ready(&self, _deadline: Option<Instant>) -> StoreResult<()> {
         Ok(())
     }
 }
@@ -182,6 +220,16 @@ pub(crate) mod contract {
             data_dir: None,
         };
         assert!(store.begin(&other).unwrap().data().entries.is_empty());
+        // A scope another transaction holds is busy at the deadline, and
+        // says which scope.
+        let held = store.begin(&scope).unwrap();
+        let soon = Instant::now() + std::time::Duration::from_millis(20);
+        match store.begin_by(&scope, Some(soon)) {
+            Err(StoreError::Busy(m)) => assert!(m.starts_with("net1/host-local: "), "{m}"),
+            Err(e) => panic!("not busy: {e:?}"),
+            Ok(_) => panic!("two transactions held net1/host-local at once"),
+        }
+        drop(held);
         assert_eq!(store.networks().unwrap(), vec!["net1".to_string()]);
         assert_eq!(
             store.scopes("net1").unwrap(),
