@@ -486,6 +486,7 @@ impl ImportHarness {
             MemoryCap::new(1 << 20),
             host_call_budget,
             std::time::Instant::now() + std::time::Duration::from_secs(3600),
+            3_600_000,
             Arc::new(services),
         );
         ctx.config_files = vec![CONFIG_FILE.to_string()];

@@ -5,6 +5,7 @@
 use super::bindings::cni::plugin::store::{Entry as WitEntry, Host, StoreError};
 use super::bindings::types::Attachment;
 use super::state::Ctx;
+use super::AbortCause;
 use crate::cni::Command;
 use crate::state::now_ms;
 // The backend's failure, as opposed to the WIT's `store-error` the plugin sees.
@@ -128,16 +129,16 @@ impl Ctx {
                 // A cluster store out of reach (or too slow): code 11 too,
                 // with what went wrong.
                 Err(Failure::Unavailable(why)) => {
-                    self.store_unavailable = Some(format!(
+                    return Err(self.abort(AbortCause::StoreUnavailable(format!(
                         "{}/{}: {why}",
                         access.scope.network, access.scope.plugin
-                    ));
-                    return Err(wasmtime::Error::msg("state store unavailable"));
+                    ))));
                 }
                 Err(Failure::Busy(_)) => {
-                    self.store_busy =
-                        Some(format!("{}/{}", access.scope.network, access.scope.plugin));
-                    return Err(wasmtime::Error::msg("store scope busy until the deadline"));
+                    return Err(self.abort(AbortCause::StoreBusy {
+                        scope: format!("{}/{}", access.scope.network, access.scope.plugin),
+                        waited_ms: started.elapsed().as_millis() as u64,
+                    }));
                 }
                 Err(e) => return Ok(Err(StoreError::Io(e.to_string()))),
             }

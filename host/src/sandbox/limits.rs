@@ -95,7 +95,6 @@ pub const MAX_TABLE_ELEMENTS: usize = 1_000_000;
 #[derive(Debug)]
 pub struct MemoryCap {
     pub max_bytes: usize,
-    pub exceeded: Option<usize>,
     /// Bytes held by every memory together.
     memory_total: usize,
     /// Elements held by every table together.
@@ -106,7 +105,6 @@ impl MemoryCap {
     pub fn new(max_bytes: u64) -> Self {
         MemoryCap {
             max_bytes: usize::try_from(max_bytes).unwrap_or(usize::MAX),
-            exceeded: None,
             memory_total: 0,
             table_total: 0,
         }
@@ -126,13 +124,12 @@ impl ResourceLimiter for MemoryCap {
             .saturating_sub(current)
             .saturating_add(desired);
         if total > self.max_bytes {
-            self.exceeded = Some(total);
             // Trap right here rather than let the guest's allocator see a
-            // failed grow: the trap names the cause, an abort would not.
-            return Err(wasmtime::Error::msg(format!(
-                "memory limit of {} bytes exceeded (wanted {total})",
-                self.max_bytes
-            )));
+            // failed grow: the trap carries the cause, an abort would not.
+            return Err(wasmtime::Error::new(super::AbortCause::Memory {
+                limit: self.max_bytes as u64,
+                wanted: total as u64,
+            }));
         }
         self.memory_total = total;
         Ok(true)
@@ -270,13 +267,27 @@ mod tests {
         assert_eq!(z.deadline_ticks(), 1);
     }
 
+    /// The cause a refused grow traps with.
+    fn refused(r: wasmtime::Result<bool>) -> super::super::AbortCause {
+        match r {
+            Err(e) => e
+                .downcast::<super::super::AbortCause>()
+                .unwrap_or_else(|e| panic!("not an abort cause: {e}")),
+            Ok(grew) => panic!("not refused (grew: {grew})"),
+        }
+    }
+
     #[test]
-    fn memory_cap_refuses_and_remembers() {
+    fn memory_cap_refuses_naming_the_cause() {
         let mut cap = MemoryCap::new(1 << 20);
         assert!(cap.memory_growing(0, 1 << 20, None).unwrap());
-        assert!(cap.exceeded.is_none());
-        assert!(cap.memory_growing(1 << 20, 2 << 20, None).is_err());
-        assert_eq!(cap.exceeded, Some(2 << 20));
+        assert_eq!(
+            refused(cap.memory_growing(1 << 20, 2 << 20, None)),
+            super::super::AbortCause::Memory {
+                limit: 1 << 20,
+                wanted: 2 << 20
+            }
+        );
     }
 
     #[test]
@@ -285,8 +296,13 @@ mod tests {
         // together.
         let mut cap = MemoryCap::new(1 << 20);
         assert!(cap.memory_growing(0, 600 << 10, None).unwrap());
-        assert!(cap.memory_growing(0, 600 << 10, None).is_err());
-        assert_eq!(cap.exceeded, Some(1200 << 10));
+        assert_eq!(
+            refused(cap.memory_growing(0, 600 << 10, None)),
+            super::super::AbortCause::Memory {
+                limit: 1 << 20,
+                wanted: 1200 << 10
+            }
+        );
         // Growing one memory counts only the difference.
         let mut cap = MemoryCap::new(1 << 20);
         assert!(cap.memory_growing(0, 256 << 10, None).unwrap());

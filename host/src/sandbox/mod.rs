@@ -253,6 +253,10 @@ impl AbortCause {
     }
 }
 
+/// A plugin's import or its memory cap stops the call by returning the
+/// cause as the error the trap carries.
+impl std::error::Error for AbortCause {}
+
 impl fmt::Display for AbortCause {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -651,7 +655,6 @@ impl Runtime {
                 &limits,
                 services.clone(),
                 &call,
-                started,
                 deadline,
                 whole_pool,
                 &mut narrowed_failure,
@@ -705,7 +708,6 @@ impl Runtime {
         limits: &Limits,
         services: Arc<dyn Services>,
         call: &Call<'_>,
-        started: std::time::Instant,
         deadline: std::time::Instant,
         whole_pool: bool,
         narrowed_failure: &mut bool,
@@ -717,6 +719,7 @@ impl Runtime {
             MemoryCap::new(limits.memory_bytes),
             limits.host_call_budget,
             deadline,
+            limits.deadline_ms,
             services,
         );
         ctx.whole_pool = whole_pool;
@@ -824,24 +827,12 @@ impl Runtime {
                 },
             }),
             Err(err) => {
-                let ctx = store.data();
-                let cause = if let Some(why) = &ctx.store_unavailable {
-                    AbortCause::StoreUnavailable(why.clone())
-                } else if let Some(scope) = &ctx.store_busy {
-                    AbortCause::StoreBusy {
-                        scope: scope.clone(),
-                        waited_ms: started.elapsed().as_millis() as u64,
-                    }
-                } else if let Some(wanted) = ctx.memory.exceeded {
-                    AbortCause::Memory {
-                        limit: limits.memory_bytes,
-                        wanted: wanted as u64,
-                    }
-                } else if ctx.host_calls_exhausted {
-                    AbortCause::HostCalls {
-                        budget: limits.host_call_budget,
-                    }
-                } else if ctx.deadline_hit || err.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
+                // The host's own reasons travel in the error it stopped the
+                // plugin with (`Ctx::abort`, the memory cap); the epoch
+                // interrupt is the deadline reached in wasm code.
+                let cause = if let Some(cause) = err.downcast_ref::<AbortCause>() {
+                    cause.clone()
+                } else if err.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
                     AbortCause::Deadline {
                         ms: limits.deadline_ms,
                     }

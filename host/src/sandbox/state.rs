@@ -10,7 +10,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use super::host_network::NetAccess;
 use super::limits::MemoryCap;
 use super::policy::Side;
-use super::Services;
+use super::{AbortCause, Services};
 use crate::cni::Command;
 use crate::net::NsId;
 use crate::store::{Owner, Scope, StateStore, Txn};
@@ -34,17 +34,16 @@ pub struct Ctx {
     /// The plugin's type, to name it in logs and errors.
     pub(crate) plugin: String,
     host_calls_left: u64,
+    /// The budget this call started with, for the cause it stops with.
+    host_call_budget: u64,
+    /// Set by a WASI call past the budget (which cannot fail itself), for
+    /// [`budget_hook`] to trap on.
     pub(crate) host_calls_exhausted: bool,
     /// When the call must be over: every wait the host does for the plugin
     /// (a WASI sleep, the store lock, an IPAM delegate) ends by then.
     pub(crate) deadline: Instant,
-    /// The host stopped the plugin at its deadline itself (rather than the
-    /// epoch interrupt doing so in wasm code).
-    pub(crate) deadline_hit: bool,
-    /// The store scope stayed locked by another call until the deadline.
-    pub(crate) store_busy: Option<String>,
-    /// Set when a cluster store could not be reached: why.
-    pub(crate) store_unavailable: Option<String>,
+    /// The configured deadline, for the cause a call stops with.
+    deadline_ms: u64,
     /// The call changed (or asked to change) something beyond its state:
     /// a link, a rule, an IPAM delegate's allocation. Such a call is not
     /// run again when its state commit conflicts.
@@ -77,6 +76,7 @@ impl Ctx {
         memory: MemoryCap,
         host_call_budget: u64,
         deadline: Instant,
+        deadline_ms: u64,
         services: Arc<dyn Services>,
     ) -> Self {
         let store = services.store();
@@ -94,11 +94,10 @@ impl Ctx {
             memory,
             plugin: plugin.to_string(),
             host_calls_left: host_call_budget,
+            host_call_budget,
             host_calls_exhausted: false,
             deadline,
-            deadline_hit: false,
-            store_busy: None,
-            store_unavailable: None,
+            deadline_ms,
             acted: false,
             whole_pool: false,
             narrowed: false,
@@ -136,9 +135,17 @@ impl Ctx {
     /// cannot keep the host busy in a loop of cheap imports.
     pub(crate) fn charge(&mut self) -> wasmtime::Result<()> {
         if !self.take_one() {
-            return Err(wasmtime::Error::msg("host call budget exhausted"));
+            return Err(self.abort(AbortCause::HostCalls {
+                budget: self.host_call_budget,
+            }));
         }
         Ok(())
+    }
+
+    /// The error that stops the plugin for `cause`: it traps, and the
+    /// caller finds the cause in the trap.
+    pub(crate) fn abort(&self, cause: AbortCause) -> wasmtime::Error {
+        wasmtime::Error::new(cause)
     }
 
     /// Spend one call of the budget; false (and remembered) once spent.
@@ -153,8 +160,9 @@ impl Ctx {
 
     /// The error that stops a plugin the host found past its deadline.
     pub(crate) fn deadline_reached(&mut self) -> wasmtime::Error {
-        self.deadline_hit = true;
-        wasmtime::Error::msg("deadline exceeded")
+        self.abort(AbortCause::Deadline {
+            ms: self.deadline_ms,
+        })
     }
 
     /// Time left until the deadline (zero once it has passed).
@@ -170,8 +178,11 @@ pub(crate) fn budget_hook(
     ctx: wasmtime::StoreContextMut<'_, Ctx>,
     hook: wasmtime::CallHook,
 ) -> wasmtime::Result<()> {
-    if matches!(hook, wasmtime::CallHook::ReturningFromHost) && ctx.data().host_calls_exhausted {
-        return Err(wasmtime::Error::msg("host call budget exhausted"));
+    let ctx = ctx.data();
+    if matches!(hook, wasmtime::CallHook::ReturningFromHost) && ctx.host_calls_exhausted {
+        return Err(ctx.abort(AbortCause::HostCalls {
+            budget: ctx.host_call_budget,
+        }));
     }
     Ok(())
 }
