@@ -104,11 +104,16 @@ pub fn run(root: &Path, out: Option<PathBuf>, rust: bool) -> Result<()> {
         let t = Instant::now();
         let mut cmd = match &b.source {
             Source::Python { dir } => {
+                // componentize-py imports the app to snapshot it, and
+                // Python leaves bytecode beside what it imports: build from
+                // a copy under target/, never in the source tree.
+                let copy = root.join("target/polyglot/src").join(b.name);
+                copy_sources(&root.join(dir), &copy)?;
                 let mut c = Command::new(&tools.componentize_py);
                 c.arg("-d")
                     .arg(&wit)
                     .args(["-w", WORLD, "componentize", "-p"])
-                    .arg(root.join(dir))
+                    .arg(&copy)
                     .args(["app", "-o"])
                     .arg(&dest);
                 c
@@ -141,6 +146,21 @@ pub fn run(root: &Path, out: Option<PathBuf>, rust: bool) -> Result<()> {
         "xtask: polyglot done in {:.0} s",
         started.elapsed().as_secs_f64()
     );
+    Ok(())
+}
+
+/// The `.py` files of `from` into a fresh `to`.
+fn copy_sources(from: &Path, to: &Path) -> Result<()> {
+    let _ = std::fs::remove_dir_all(to);
+    std::fs::create_dir_all(to).context(to.display())?;
+    for entry in std::fs::read_dir(from).context(from.display())? {
+        let path = entry.context(from.display())?.path();
+        if path.extension().is_some_and(|e| e == "py") {
+            if let Some(name) = path.file_name() {
+                std::fs::copy(&path, to.join(name)).context(path.display())?;
+            }
+        }
+    }
     Ok(())
 }
 
