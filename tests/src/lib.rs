@@ -73,6 +73,25 @@ pub fn plugin(name: &str) -> PathBuf {
     p
 }
 
+/// `wasm-cni plugin test COMPONENT ARGS…` as a plugin author runs it (no
+/// `CNI_COMMAND` in its environment): its exit code and everything it
+/// printed, stdout then stderr.
+pub fn plugin_test(component: &Path, args: &[&std::ffi::OsStr]) -> (i32, String) {
+    let out = Command::new(wasm_cni_bin())
+        .args(["plugin", "test"])
+        .arg(component)
+        .args(args)
+        .env_remove("CNI_COMMAND")
+        .output()
+        .expect("run wasm-cni plugin test");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
 /// A unique name for this process and call: tests run in parallel.
 pub fn unique(prefix: &str) -> String {
     static N: AtomicU32 = AtomicU32::new(0);

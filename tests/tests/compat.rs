@@ -42,21 +42,11 @@ fn plugin_test(component: &PathBuf, delegate: &PathBuf, config: Value) -> (i32, 
     std::fs::copy(component, dir.join("bridge.wasm")).unwrap();
     std::fs::copy(delegate, dir.join("host-local.wasm")).unwrap();
     std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
-    let out = Command::new(wasm_cni_bin())
-        .args(["plugin", "test"])
-        .arg(dir.join("bridge.wasm"))
-        .arg("--config")
-        .arg(dir.join("config.json"))
-        .arg("--faults")
-        .env_remove("CNI_COMMAND")
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code().unwrap_or(-1), text)
+    let config = dir.join("config.json");
+    wasm_cni_tests::plugin_test(
+        &dir.join("bridge.wasm"),
+        &["--config".as_ref(), config.as_os_str(), "--faults".as_ref()],
+    )
 }
 
 #[test]
