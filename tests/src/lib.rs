@@ -408,7 +408,20 @@ pub fn run_program(
         cmd.env(k, v);
     }
     let start = Instant::now();
-    let mut child = cmd.spawn().expect("spawn wasm-cni");
+    // A binary a test has just copied can be "busy" for a moment: another
+    // test thread's fork may still hold the copy's write descriptor until
+    // its exec closes it (ETXTBSY, the kernel race Go's os/exec retries
+    // too). Give that a second; anything else fails at once.
+    let mut tries = 0;
+    let mut child = loop {
+        match cmd.spawn() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 100 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            other => break other.expect("spawn wasm-cni"),
+        }
+    };
     if let Some(mut s) = child.stdin.take() {
         // The binary may exit before reading everything (e.g. VERSION).
         let _ = s.write_all(stdin);
