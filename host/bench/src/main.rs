@@ -150,9 +150,9 @@ fn main() -> ExitCode {
 const RSS_ROUNDS: usize = 5;
 
 /// Run each side `RSS_ROUNDS` times under GNU time, for peak RSS alone.
-fn rss_pass<const N: usize>(
-    order: &[Side; N],
-    mut run: impl FnMut(Side) -> io::Result<Run>,
+fn rss_pass<S: Copy + PartialEq, const N: usize>(
+    order: &[S; N],
+    mut run: impl FnMut(S) -> io::Result<Run>,
 ) -> io::Result<[Vec<Run>; N]> {
     proc::rss_pass(true);
     let mut out: [Vec<Run>; N] = std::array::from_fn(|_| Vec::new());
@@ -177,7 +177,7 @@ fn rss_pass<const N: usize>(
 
 /// The sides in a different order each round: rotated, and reversed every
 /// other round, so that each side runs in each position.
-fn rotation<const N: usize>(order: &[Side; N], round: usize) -> [Side; N] {
+fn rotation<S: Copy, const N: usize>(order: &[S; N], round: usize) -> [S; N] {
     let mut sides = *order;
     sides.rotate_left(round % N);
     if round % 2 == 1 {
@@ -656,38 +656,20 @@ fn measure_languages(
     for v in 0..4 {
         once(v)?;
     }
+    let variants = [0usize, 1, 2, 3];
     let mut runs: [Vec<Run>; 4] = Default::default();
     let settle = Duration::from_millis(args.settle_ms);
     for round in 0..args.language_rounds {
         if round % args.bury_every.max(1) == 0 {
             bury();
         }
-        let mut order = [0usize, 1, 2, 3];
-        order.rotate_left(round % 4);
-        if round % 2 == 1 {
-            order.reverse();
-        }
-        for v in order {
+        for v in rotation(&variants, round) {
             runs[v].push(once(v)?);
             std::thread::sleep(settle);
         }
     }
-    proc::rss_pass(true);
-    let mut rss: [Vec<Run>; 4] = Default::default();
-    let mut outcome = Ok(());
-    'rounds: for _ in 0..RSS_ROUNDS {
-        for (v, out) in rss.iter_mut().enumerate() {
-            match once(v) {
-                Ok(r) => out.push(r),
-                Err(e) => {
-                    outcome = Err(e);
-                    break 'rounds;
-                }
-            }
-        }
-    }
-    proc::rss_pass(false);
-    outcome.map(|()| Languages { stat, runs, rss })
+    let rss = rss_pass(&variants, once)?;
+    Ok(Languages { stat, runs, rss })
 }
 
 /// Bytes on disk of what a node installs.

@@ -159,7 +159,7 @@ impl Ctx {
     }
 
     /// The error that stops a plugin the host found past its deadline.
-    pub(crate) fn deadline_reached(&mut self) -> wasmtime::Error {
+    pub(crate) fn deadline_reached(&self) -> wasmtime::Error {
         self.abort(AbortCause::Deadline {
             ms: self.deadline_ms,
         })

@@ -164,10 +164,6 @@ fn valid_node(n: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
 }
 
-fn unavailable(msg: String) -> StoreError {
-    StoreError::Unavailable(msg)
-}
-
 /// The largest reply the client reads (a scope's three ranges at once).
 pub const MAX_REPLY_BYTES: usize = 64 << 20;
 /// What a scope may hold in etcd, keys and values with their per-key
@@ -199,7 +195,7 @@ fn failure(e: etcd_client::Error) -> StoreError {
         _ => false,
     };
     if transient {
-        unavailable(format!("etcd: {e}"))
+        StoreError::Unavailable(format!("etcd: {e}"))
     } else {
         io::Error::other(format!("etcd: {e}")).into()
     }
@@ -545,7 +541,7 @@ impl Inner {
             None => bound,
         };
         if left.is_zero() {
-            return Err(unavailable(
+            return Err(StoreError::Unavailable(
                 "no time left for etcd before the deadline".into(),
             ));
         }
@@ -600,9 +596,9 @@ impl Inner {
         });
         let client = match connected {
             Ok(Ok(c)) => c,
-            Ok(Err(e)) => return Err(unavailable(format!("etcd: {e}"))),
+            Ok(Err(e)) => return Err(StoreError::Unavailable(format!("etcd: {e}"))),
             Err(_) => {
-                return Err(unavailable(format!(
+                return Err(StoreError::Unavailable(format!(
                     "etcd: no connection within {} ms",
                     timeout.as_millis()
                 )))
@@ -632,7 +628,7 @@ impl Inner {
         match out {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(e)) => Err(failure(e)),
-            Err(_) => Err(unavailable(format!(
+            Err(_) => Err(StoreError::Unavailable(format!(
                 "etcd: no answer within {} ms",
                 timeout.as_millis()
             ))),

@@ -174,6 +174,25 @@ fn checked(cmd: &mut Command, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// Run `install` into a fresh `dir` unless `dir` was last installed from
+/// the pins `pins` holds now (a copy of them is kept in `dir` as the stamp).
+fn install_once(
+    dir: &Path,
+    pins: &Path,
+    what: &str,
+    install: impl FnOnce() -> Result<()>,
+) -> Result<()> {
+    let want = std::fs::read(pins).context(pins.display())?;
+    let stamp = dir.join(".installed-from");
+    if std::fs::read(&stamp).ok().as_deref() == Some(want.as_slice()) {
+        return Ok(());
+    }
+    println!("xtask: installing {what} into {}", dir.display());
+    let _ = std::fs::remove_dir_all(dir);
+    install()?;
+    std::fs::write(&stamp, &want).context(stamp.display())
+}
+
 /// Install both toolchains under `target/polyglot/` unless the pins they
 /// were installed from are the ones in the tree.
 fn install(root: &Path) -> Result<Tools> {
@@ -183,14 +202,7 @@ fn install(root: &Path) -> Result<Tools> {
     // Python: a virtual environment of its own, the pinned wheel only.
     let venv = base.join("venv");
     let requirements = root.join(PYTHON).join("requirements.txt");
-    let pins = std::fs::read(&requirements).context(requirements.display())?;
-    let stamp = venv.join(".installed-from");
-    if std::fs::read(&stamp).ok().as_deref() != Some(pins.as_slice()) {
-        println!(
-            "xtask: installing componentize-py from PyPI into {}",
-            venv.display()
-        );
-        let _ = std::fs::remove_dir_all(&venv);
+    install_once(&venv, &requirements, "componentize-py from PyPI", || {
         checked(
             Command::new("python3").args(["-m", "venv"]).arg(&venv),
             "python3 -m venv (Debian: python3-venv)",
@@ -200,22 +212,14 @@ fn install(root: &Path) -> Result<Tools> {
                 .args(["install", "--quiet", "--require-hashes", "--no-deps", "-r"])
                 .arg(&requirements),
             "pip install componentize-py",
-        )?;
-        std::fs::write(&stamp, &pins).context(stamp.display())?;
-    }
+        )
+    })?;
 
     // JavaScript: `npm ci` on a copy of the manifest and its lock, so that
     // the 150 packages land under target/, not in the source tree.
     let js = base.join("js");
     let lock = root.join(JS).join("package-lock.json");
-    let pins = std::fs::read(&lock).context(lock.display())?;
-    let stamp = js.join(".installed-from");
-    if std::fs::read(&stamp).ok().as_deref() != Some(pins.as_slice()) {
-        println!(
-            "xtask: installing componentize-js from npm into {}",
-            js.display()
-        );
-        let _ = std::fs::remove_dir_all(&js);
+    install_once(&js, &lock, "componentize-js from npm", || {
         std::fs::create_dir_all(&js).context(js.display())?;
         for f in ["package.json", "package-lock.json"] {
             std::fs::copy(root.join(JS).join(f), js.join(f)).context(f)?;
@@ -225,9 +229,8 @@ fn install(root: &Path) -> Result<Tools> {
                 .args(["ci", "--no-audit", "--no-fund", "--silent"])
                 .current_dir(&js),
             "npm ci (Node.js 18 or later and npm)",
-        )?;
-        std::fs::write(&stamp, &pins).context(stamp.display())?;
-    }
+        )
+    })?;
 
     Ok(Tools {
         componentize_py: venv.join("bin/componentize-py"),
