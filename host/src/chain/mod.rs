@@ -18,6 +18,7 @@
 mod cleanup;
 mod effects;
 mod native;
+mod operation;
 mod services;
 
 use std::collections::BTreeSet;
@@ -32,19 +33,19 @@ use crate::cni::config::{ChainEntry, NetConf};
 use crate::cni::result::{self, CniResult};
 use crate::cni::{CniError, Command, ErrorCode};
 use crate::error::HostError;
-use crate::filter::{Filter, Rule, Tag};
+use crate::filter::{Filter, Tag};
 use crate::image::trust::Policy;
 use crate::image::{ImageError, ImageRef, ImageStore};
 use crate::log;
-use crate::net::{IpNet, LinkId, Net};
-use crate::sandbox::policy::{ConfigGrants, PortGrant, Side, DEFAULT_MASTER_TYPES};
+use crate::net::{LinkId, Net};
+use crate::sandbox::policy::Side;
 use crate::sandbox::{
-    convert, wit, Call, CallError, CreatedLinks, Faults, FilterAccess, Holder, Ledger, Limits,
-    NetAccess, OnCreated, Plugin, Runtime,
+    convert, wit, CallError, CreatedLinks, Faults, Holder, Limits, Plugin, Runtime,
 };
 use crate::state::{now_ms, AttachmentRecord, AttachmentRecords, Lock, RecordedLink, RECORD_KIND};
 use crate::store::StateStore;
 use cleanup::Sides;
+use operation::Operation;
 use services::StepServices;
 
 /// The attachment an ADD/DEL/CHECK is about (from CNI_* variables).
@@ -72,6 +73,9 @@ impl Attachment {
     }
 }
 
+/// A network's chain and what lasts across its calls: the runtime, the
+/// backends, the config. Each verb on an attachment runs as an
+/// [`Operation`] of its own, which owns that attachment's ledger.
 pub struct Executor {
     runtime: Arc<Runtime>,
     conf: Arc<NetConf>,
@@ -80,10 +84,6 @@ pub struct Executor {
     net: Arc<Mutex<Box<dyn Net>>>,
     /// Packet filtering in the node namespace; without it plugins get none.
     filter: Option<Arc<Mutex<Box<dyn Filter>>>>,
-    /// The current attachment's links, changes and addresses, across steps.
-    ledger: Arc<Mutex<Ledger>>,
-    /// During ADD: persists the created links into the pending record.
-    on_created: Mutex<Option<OnCreated>>,
     /// Where native plugins are looked for (CNI_PATH), if anywhere.
     natives: native::Natives,
     /// Every plugin call made so far, in order.
@@ -138,8 +138,6 @@ impl Executor {
             store,
             net: Arc::new(Mutex::new(net)),
             filter: None,
-            ledger: Arc::default(),
-            on_created: Mutex::new(None),
             natives: native::Natives::default(),
             steps: Steps::default(),
             faults: None,
@@ -267,131 +265,8 @@ impl Executor {
     pub fn add(&self, att: &Attachment) -> Result<CniResult, HostError> {
         self.check_images()?;
         let _lock = self.lock_attachment(att)?;
-        let mut prev = self.incoming_prev()?;
-        self.begin(None);
-        if let Some(p) = &prev {
-            self.own_addresses(p);
-        }
-        let prior = self.start_pending(att)?;
-        for (index, entry) in self.conf.chain.iter().enumerate() {
-            let step = Step {
-                index,
-                entry,
-                command: Command::Add,
-            };
-            match self.run(&step, att, prev.as_ref(), None) {
-                Ok(Some(r)) => prev = Some(r),
-                Ok(None) => {
-                    let err = HostError::internal(format!(
-                        "chain[{index}] ({}) returned no result",
-                        entry.plugin_type
-                    ));
-                    self.rollback(att, index + 1, prev.as_ref(), None);
-                    self.undo_failed_add(att, prior.as_ref());
-                    return Err(err);
-                }
-                Err((err, ipam_held)) => {
-                    let reported = reported_by_plugin(&err);
-                    self.rollback(att, index, prev.as_ref(), Some((reported, ipam_held)));
-                    self.undo_failed_add(att, prior.as_ref());
-                    return Err(err);
-                }
-            }
-        }
-        let result = prev.unwrap_or_default();
-        let mut created = self.ledger_now().created;
-        if let Some(prior) = &prior {
-            created = union(&prior_links(prior), &created);
-        }
-        let links = self.with_sides(att, |net, sides| Ok(cleanup::live(net, sides, &created)))?;
-        let mut record = self.record(att, &links);
-        record.result = result.to_json("1.1.0")?;
-        record.pending = false;
-        if let Some(prior) = &prior {
-            record.node_settings = prior.node_settings.clone();
-        }
-        if let Err(err) = self.finish_add(att, &mut record, &links) {
-            // Without the record a later DEL could not find what to undo.
-            self.rollback(att, self.conf.chain.len(), Some(&result), None);
-            self.undo_failed_add(att, prior.as_ref());
-            return Err(err);
-        }
-        Ok(result)
-    }
-
-    /// Make the host's own node settings for what the ADD added (`effects`)
-    /// and save the final record, both under the state directory's lock
-    /// when there are settings to make, so that a DEL deciding whether to
-    /// put one back sees this record.
-    fn finish_add(
-        &self,
-        att: &Attachment,
-        record: &mut AttachmentRecord,
-        links: &CreatedLinks,
-    ) -> Result<(), HostError> {
-        let save = |r: &AttachmentRecord| {
-            self.records
-                .save(r)
-                .map_err(|e| HostError::state("saving the attachment record", e))
-        };
-        let added = self.ledger_now().filter_added;
-        let hairpin = |r: &Rule| {
-            matches!(
-                r,
-                Rule::HairpinMasquerade {
-                    dst: std::net::IpAddr::V4(_)
-                }
-            )
-        };
-        if !added.iter().any(hairpin) {
-            return save(record);
-        }
-        let _all = self
-            .records
-            .lock_all()
-            .map_err(|e| HostError::state("locking the state directory", e))?;
-        let me = (
-            self.conf.name.as_str(),
-            att.container_id.as_str(),
-            att.ifname.as_str(),
-        );
-        let named = self.chain_named();
-        let scope = effects::Scope {
-            created: &links.node,
-            named: &named,
-        };
-        let made = self.with_sides(att, |net, sides| {
-            Ok(effects::apply(
-                net,
-                sides.node,
-                &*self.records,
-                me,
-                &scope,
-                &added,
-            ))
-        })?;
-        let mut changed = Vec::new();
-        for (setting, wrote) in made {
-            if record.node_settings.iter().any(|s| s.same(&setting)) {
-                continue;
-            }
-            if wrote {
-                changed.push(setting.clone());
-            }
-            record.node_settings.push(setting);
-        }
-        let saved = save(record);
-        if saved.is_err() {
-            let _ = self.with_sides(att, |net, sides| {
-                for s in &changed {
-                    if let Err(e) = effects::put_back(net, sides.node, s) {
-                        log::warn(format_args!("failed ADD: putting back {}: {e}", s.key));
-                    }
-                }
-                Ok(())
-            });
-        }
-        saved
+        let prev = self.incoming_prev()?;
+        Operation::new(self, att, None).add(prev)
     }
 
     /// Remove the attachment's record and, when it made node settings, put
@@ -478,92 +353,6 @@ impl Executor {
         }
     }
 
-    /// Write the pending record before any plugin runs, under the state
-    /// lock (so that a failed ADD deciding whether others depend on what it
-    /// changed sees every ADD that has started), and keep it up to date as
-    /// links are created: if this process dies, DEL and GC find them.
-    ///
-    /// An ADD for an attachment that already has a record (a runtime
-    /// retrying an ADD whose answer it lost) keeps that record: the links
-    /// it lists stay listed, and a failure puts it back as it was. Returns
-    /// it.
-    fn start_pending(&self, att: &Attachment) -> Result<Option<AttachmentRecord>, HostError> {
-        let prior = self.load_record(att);
-        let base = prior
-            .clone()
-            .unwrap_or_else(|| self.record(att, &CreatedLinks::default()));
-        {
-            let _all = self
-                .records
-                .lock_all()
-                .map_err(|e| HostError::state("locking the state directory", e))?;
-            if prior.is_none() {
-                self.records
-                    .save(&base)
-                    .map_err(|e| HostError::state("saving the pending attachment record", e))?;
-            }
-        }
-        let records = self.records.clone();
-        let known = prior.as_ref().map(prior_links).unwrap_or_default();
-        let hook: OnCreated = Arc::new(move |links: &CreatedLinks| {
-            let mut rec = base.clone();
-            let all = union(&known, links);
-            rec.node_links = recorded(&all, Side::Node);
-            rec.container_links = recorded(&all, Side::Container);
-            if let Err(e) = records.save(&rec) {
-                log::warn(format_args!("updating the pending attachment record: {e}"));
-            }
-        });
-        if let Ok(mut h) = self.on_created.lock() {
-            *h = Some(hook);
-        }
-        Ok(prior)
-    }
-
-    /// After a failed ADD was rolled back: delete the links its plugins
-    /// created that are still there (a plugin the host stopped halfway
-    /// cannot be relied on to know, in its DEL, what it made), take back
-    /// every other change it made, in reverse, and drop its pending record.
-    /// Changes to what other attachments share (the network's bridge, the
-    /// node's forwarding switches) are kept if any other attachment exists
-    /// or is being added: it may depend on them. Best effort: failures are
-    /// logged, the ADD's own error is what is reported.
-    fn undo_failed_add(&self, att: &Attachment, prior: Option<&AttachmentRecord>) {
-        if let Ok(mut h) = self.on_created.lock() {
-            *h = None;
-        }
-        let ledger = self.ledger_now();
-        let outcome = self.with_sides(att, |net, sides| {
-            for e in cleanup::delete_links(net, sides, &ledger.created, "failed ADD") {
-                log::warn(format_args!("{e}"));
-            }
-            if let Err(e) = self.filter_cleanup(att, |f, tag| f.remove(tag, &ledger.filter_added)) {
-                log::warn(format_args!("failed ADD: {e}"));
-            }
-            let _all = self
-                .records
-                .lock_all()
-                .map_err(|e| HostError::state("locking the state directory", e))?;
-            let shared = ledger.changes.iter().any(|c| c.shared);
-            let keep_shared = shared && self.others_exist(att);
-            cleanup::undo(net, sides, &ledger.changes, keep_shared);
-            match prior {
-                Some(rec) => self
-                    .records
-                    .save(rec)
-                    .map_err(|e| HostError::state("restoring the attachment record", e)),
-                None => self
-                    .records
-                    .remove(&self.conf.name, &att.container_id, &att.ifname)
-                    .map_err(|e| HostError::state("removing the pending attachment record", e)),
-            }
-        });
-        if let Err(e) = outcome {
-            log::warn(format_args!("failed ADD: {e}"));
-        }
-        self.begin(None);
-    }
-
     /// Whether any attachment but `att` is recorded (or pending) in this
     /// state directory; an unreadable directory counts as yes.
     fn others_exist(&self, att: &Attachment) -> bool {
@@ -594,69 +383,6 @@ impl Executor {
         f(net.as_mut(), &sides)
     }
 
-    /// Undo a failed ADD. The plugins before the failed one completed, so
-    /// each gets a DEL, in reverse. The failed plugin gets one only if the
-    /// host stopped it (trap, deadline, limit): a plugin that returned its
-    /// error has cleaned up after itself, and a DEL could destroy what was
-    /// never its own (an interface that already bore CNI_IFNAME, say).
-    /// Either way, an IPAM allocation it still holds is released.
-    fn rollback(
-        &self,
-        att: &Attachment,
-        completed: usize,
-        partial: Option<&CniResult>,
-        failed: Option<(bool, Option<String>)>,
-    ) {
-        if let Some((reported, ipam_held)) = &failed {
-            let step = Step {
-                index: completed,
-                entry: &self.conf.chain[completed],
-                command: Command::Del,
-            };
-            let released = if *reported {
-                false
-            } else {
-                match self.run(&step, att, partial, None) {
-                    Ok(_) => true,
-                    Err((e, _)) => {
-                        log::warn(format_args!("rollback of chain[{completed}] failed: {e}"));
-                        false
-                    }
-                }
-            };
-            if !released {
-                if let Some(ipam_type) = ipam_held {
-                    if let Err(e) = self.release_ipam(&step, att, ipam_type) {
-                        log::warn(format_args!(
-                            "releasing {ipam_type} after a failed ADD: {e}"
-                        ));
-                    }
-                }
-            }
-        }
-        for index in (0..completed).rev() {
-            let step = Step {
-                index,
-                entry: &self.conf.chain[index],
-                command: Command::Del,
-            };
-            if let Err((e, _)) = self.run(&step, att, partial, None) {
-                log::warn(format_args!("rollback of chain[{index}] failed: {e}"));
-            }
-        }
-    }
-
-    fn release_ipam(
-        &self,
-        step: &Step<'_>,
-        att: &Attachment,
-        ipam_type: &str,
-    ) -> Result<(), HostError> {
-        let request = request_for(att, self.plugin_config(step, None)?, None);
-        self.services(step, Command::Del, &request, att, None)
-            .run_ipam_direct(ipam_type)
-    }
-
     pub fn del(&self, att: &Attachment) -> Result<(), HostError> {
         let _lock = self.lock_attachment(att)?;
         let rec = self.load_record(att);
@@ -667,37 +393,12 @@ impl Executor {
         // The result torn down is the plugins' own account: it names what to
         // release, never what the host may grant (DEL adds nothing to the
         // node, and only ADD's IPAM answers are the attachment's networks).
-        self.begin(rec.as_ref());
-        let errors = self.teardown(att, prev.as_ref(), "DEL");
+        let errors = Operation::new(self, att, rec.as_ref()).teardown(prev.as_ref(), "DEL");
         if errors.is_empty() {
             self.remove_record(att, rec.as_ref())
         } else {
             Err(HostError::many(errors))
         }
-    }
-
-    /// DEL every plugin, then delete whatever links the attachment created
-    /// that they left (only once every DEL succeeded: a failed DEL is
-    /// retried, and its plugin may still need them).
-    fn teardown(&self, att: &Attachment, prev: Option<&CniResult>, why: &str) -> Vec<HostError> {
-        let mut errors = self.del_chain(att, prev);
-        if !errors.is_empty() {
-            return errors;
-        }
-        if let Err(e) = self.filter_cleanup(att, |f, tag| f.remove_all(tag)) {
-            errors.push(e);
-        }
-        let created = self.ledger_now().created;
-        if created.is_empty() {
-            return errors;
-        }
-        match self.with_sides(att, |net, sides| {
-            Ok(cleanup::delete_links(net, sides, &created, why))
-        }) {
-            Ok(errs) => errors.extend(errs),
-            Err(e) => errors.push(e),
-        }
-        errors
     }
 
     /// Run `f` on the filter backend with the attachment's tag, if there is
@@ -755,22 +456,6 @@ impl Executor {
         }
     }
 
-    /// DEL every plugin in reverse, best effort: every failure is kept.
-    fn del_chain(&self, att: &Attachment, prev: Option<&CniResult>) -> Vec<HostError> {
-        let mut errors = Vec::new();
-        for (index, entry) in self.conf.chain.iter().enumerate().rev() {
-            let step = Step {
-                index,
-                entry,
-                command: Command::Del,
-            };
-            if let Err((e, _)) = self.run(&step, att, prev, None) {
-                errors.push(e);
-            }
-        }
-        errors
-    }
-
     pub fn check(&self, att: &Attachment) -> Result<(), HostError> {
         let _lock = self.lock_attachment(att)?;
         let rec = self.load_record(att);
@@ -778,17 +463,7 @@ impl Executor {
             Some(p) => Some(p),
             None => recorded_result(rec.as_ref()),
         };
-        self.begin(rec.as_ref());
-        for (index, entry) in self.conf.chain.iter().enumerate() {
-            let step = Step {
-                index,
-                entry,
-                command: Command::Check,
-            };
-            self.run(&step, att, prev.as_ref(), None)
-                .map_err(|(e, _)| e)?;
-        }
-        Ok(())
+        Operation::new(self, att, rec.as_ref()).check(prev.as_ref())
     }
 
     /// STATUS: what the host itself needs for an ADD (a state directory it
@@ -819,15 +494,14 @@ impl Executor {
             )
         })?;
         let att = no_attachment();
-        for (index, entry) in self.conf.chain.iter().enumerate() {
-            let step = Step {
-                index,
-                entry,
-                command: Command::Status,
-            };
-            self.run(&step, &att, None, None).map_err(|(e, _)| e)?;
+        match Operation::new(self, &att, None)
+            .each_plugin(Command::Status, None)
+            .into_iter()
+            .next()
+        {
+            Some(e) => Err(e),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// GC: DEL every recorded attachment of this network that is not in the
@@ -884,10 +558,10 @@ impl Executor {
                 args: rec.cni_args.clone(),
                 ..Attachment::default()
             };
-            self.begin(Some(&rec));
             // Whatever the plugins leave of the stale attachment goes too:
             // the host recorded it as theirs.
-            let errs = self.teardown(&att, recorded_result(Some(&rec)).as_ref(), "gc");
+            let errs = Operation::new(self, &att, Some(&rec))
+                .teardown(recorded_result(Some(&rec)).as_ref(), "gc");
             if !errs.is_empty() {
                 errors.extend(errs);
                 continue;
@@ -907,16 +581,7 @@ impl Executor {
             })
             .collect();
         let att = no_attachment();
-        for (index, entry) in self.conf.chain.iter().enumerate() {
-            let step = Step {
-                index,
-                entry,
-                command: Command::Gc,
-            };
-            if let Err((e, _)) = self.run(&step, &att, None, Some(&valid_wit)) {
-                errors.push(e);
-            }
-        }
+        errors.extend(Operation::new(self, &att, None).each_plugin(Command::Gc, Some(&valid_wit)));
         if errors.is_empty() {
             Ok(())
         } else {
@@ -944,57 +609,6 @@ impl Executor {
         self.conf.chain.iter().flat_map(config_named).collect()
     }
 
-    fn net_access(
-        &self,
-        entry: &ChainEntry,
-        command: Command,
-        att: &Attachment,
-        config: &str,
-    ) -> NetAccess {
-        let named = |key: &str| {
-            entry
-                .raw
-                .get(key)
-                .and_then(Value::as_str)
-                .filter(|s| !s.is_empty())
-        };
-        let config_named = config_named(entry);
-        // A VM's link on the node, and its owners, only as the config says.
-        let vm = entry.raw.get("vm").and_then(Value::as_object);
-        let id = |key: &str| {
-            vm.and_then(|v| v.get(key))
-                .or_else(|| entry.raw.get(key))
-                .and_then(Value::as_u64)
-                .and_then(|v| u32::try_from(v).ok())
-        };
-        NetAccess {
-            backend: self.net.clone(),
-            container_path: att
-                .netns_path()
-                .filter(|p| !p.is_empty())
-                .map(PathBuf::from),
-            ifname: att.ifname.clone(),
-            command,
-            config: ConfigGrants {
-                named: config_named,
-                default_master: named("master").is_none()
-                    && DEFAULT_MASTER_TYPES.contains(&entry.plugin_type.as_str()),
-                passthru: named("mode") == Some("passthru"),
-                tap_owner: id("owner"),
-                tap_group: id("group"),
-                vm_node: vm.is_some(),
-            },
-            ledger: self.ledger.clone(),
-            on_created: self.on_created.lock().ok().and_then(|h| h.clone()),
-            ports: PortGrant::from_config(config),
-            filter: self.filter.as_ref().map(|backend| FilterAccess {
-                backend: backend.clone(),
-                tag: Tag::new(&self.conf.name, &att.container_id, &att.ifname),
-                holder: self.holder(),
-            }),
-        }
-    }
-
     /// Names attachments by tag from the records of this state directory.
     fn holder(&self) -> Holder {
         let records = self.records.clone();
@@ -1011,66 +625,6 @@ impl Executor {
                 })
             })
         })
-    }
-
-    /// Start the ledger for a verb: the links a record lists (DEL, CHECK,
-    /// GC), nothing else.
-    fn begin(&self, rec: Option<&AttachmentRecord>) {
-        if let Ok(mut l) = self.ledger.lock() {
-            *l = Ledger {
-                created: rec.map(prior_links).unwrap_or_default(),
-                ..Ledger::default()
-            };
-        }
-    }
-
-    /// The addresses of `result` are the attachment's own: node-side
-    /// addresses and routes may lie in their networks, filter rules may name
-    /// them. Only the runtime's prevResult at ADD (the runtime is trusted:
-    /// it comes from the plugins before wasm-cni in its conflist); the IPAM
-    /// answers the host receives are added as they come (`services`).
-    fn own_addresses(&self, result: &CniResult) {
-        let nets: Vec<IpNet> = result
-            .ips
-            .iter()
-            .filter_map(|ip| crate::net::parse_cidr(&ip.address).ok())
-            .collect();
-        if let Ok(mut l) = self.ledger.lock() {
-            l.own_nets.extend(nets);
-        }
-    }
-
-    fn ledger_now(&self) -> Ledger {
-        self.ledger.lock().map(|l| l.clone()).unwrap_or_default()
-    }
-
-    fn services(
-        &self,
-        step: &Step<'_>,
-        command: Command,
-        request: &wit::Request,
-        att: &Attachment,
-        valid: Option<&[wit::Attachment]>,
-    ) -> StepServices {
-        let entry = step.entry;
-        let mut services = StepServices::new(
-            self.runtime.clone(),
-            (step.index, self.steps.clone()),
-            self.store.clone(),
-            Some(self.net_access(entry, command, att, &request.config)),
-            &self.natives,
-            &self.conf.image_dir,
-            &self.conf.name,
-            entry,
-            command,
-            request,
-            att,
-            valid,
-        );
-        services.faults = self.faults.clone();
-        services.trace_work = self.trace_work;
-        services.trust = self.trust.clone();
-        services
     }
 
     fn plugin_config(
@@ -1108,95 +662,6 @@ impl Executor {
                 digest: ran.map(|(p, _)| p.digest.clone()),
                 host_work: ran.map(|(_, s)| s.take_work()).unwrap_or_default(),
             });
-        }
-    }
-
-    /// Run one step. On failure also returns the IPAM type whose allocation
-    /// the step still holds, if any (for rollback).
-    fn run(
-        &self,
-        step: &Step<'_>,
-        att: &Attachment,
-        prev: Option<&CniResult>,
-        valid: Option<&[wit::Attachment]>,
-    ) -> Result<Option<CniResult>, (HostError, Option<String>)> {
-        let at = |e: HostError| (e.in_step(step.index, &step.entry.plugin_type), None);
-        let config = self.plugin_config(step, prev).map_err(at)?;
-        let plugin = match load_component(
-            &self.runtime,
-            &self.conf.image_dir,
-            self.trust.as_deref(),
-            &step.entry.plugin_type,
-            &step.entry.limits,
-        ) {
-            Ok(p) => p,
-            Err(CallError::NotFound { plugin, dir, .. }) => {
-                let path = self.natives.find(plugin.clone(), dir).map_err(at)?;
-                log::debug(format_args!(
-                    "chain[{}] {plugin}: native {}",
-                    step.index,
-                    path.display()
-                ));
-                let deadline = Limits::resolve(&step.entry.limits).deadline_ms;
-                let started = Instant::now();
-                let out = native::exec(
-                    &path,
-                    &plugin,
-                    step.command,
-                    att,
-                    &self.natives.path,
-                    &config,
-                    &self.conf.cni_version,
-                    Duration::from_millis(deadline),
-                );
-                self.report(step, started, None, None);
-                return out.map_err(at);
-            }
-            Err(e) => return Err(at(e.into())),
-        };
-        let request = request_for(att, config.clone(), prev);
-        let services = Arc::new(self.services(step, step.command, &request, att, valid));
-        let call = match step.command {
-            Command::Add => Call::Add(&request),
-            Command::Del => Call::Del(&request),
-            Command::Check => Call::Check(&request),
-            Command::Status => Call::Status(&config),
-            Command::Gc => Call::Gc(&config, valid.unwrap_or(&[])),
-            Command::Version => return Ok(None),
-        };
-        log::debug(format_args!(
-            "chain[{}] {} {}",
-            step.index,
-            step.entry.plugin_type,
-            call.verb()
-        ));
-        let limits = Limits::resolve(&step.entry.limits);
-        let started = Instant::now();
-        let outcome = self.runtime.call(&plugin, limits, services.clone(), call);
-        let abort = match &outcome {
-            Err(CallError::Aborted { cause, .. }) => Some(cause.kind()),
-            _ => None,
-        };
-        self.report(step, started, abort, Some((&plugin, &services)));
-        match outcome {
-            Ok(Some(r)) => {
-                let r = convert::from_wit(r);
-                // A plugin's result is untrusted input like any other:
-                // re-read it through the same parser runtimes' results take.
-                let json = r.to_json("1.1.0").map_err(|e| at(e.into()))?;
-                let checked = result::parse(&json, "1.1.0").map_err(|e| {
-                    at(HostError::PluginResult {
-                        plugin: step.entry.plugin_type.clone(),
-                        error: e,
-                    })
-                })?;
-                Ok(Some(checked))
-            }
-            Ok(None) => Ok(None),
-            Err(e) => Err((
-                HostError::from(e).in_step(step.index, &step.entry.plugin_type),
-                services.ipam_held(),
-            )),
         }
     }
 }
