@@ -11,7 +11,10 @@
 //! a container-side bridge the config names may be used as a master only, see
 //! [`FakeHost::allow_container_bridge`]; delete only created links; sysctls
 //! under `net.`, per-interface ones only for changeable links, node-wide ones
-//! only the forwarding switches).
+//! only the forwarding switches; node-side addresses and routes only inside
+//! the attachment's own networks — what the fake's IPAM handed out, or
+//! [`FakeHost::own_network`] — and node routes in the main table only; no
+//! route in the kernel's own tables).
 //!
 //! Setup and inspection methods on [`FakeHost`] bypass the policy.
 
@@ -154,6 +157,9 @@ struct World {
     /// Container-side bridges the config names (usable as masters only).
     container_bridges: Vec<String>,
     policy: bool,
+    /// Networks of the attachment's own addresses: what its IPAM handed
+    /// out (as the host learns them), and what the test declares.
+    own_nets: Vec<IpNet>,
     ipam_result: Option<CniResult>,
     ipam_errors: BTreeMap<String, CniError>,
     ipam_calls: Vec<String>,
@@ -221,6 +227,7 @@ impl World {
             node_allowed: Vec::new(),
             container_bridges: Vec::new(),
             policy: true,
+            own_nets: Vec::new(),
             ipam_result: None,
             ipam_errors: BTreeMap::new(),
             ipam_calls: Vec::new(),
@@ -436,6 +443,45 @@ impl World {
         NetError::Refused(format!("{what} {name:?} is not this attachment's"))
     }
 
+    /// The host's rule for node-side addresses and routes (`policy.rs`
+    /// `Grants::own`): `net` lies inside a network of one of the
+    /// attachment's own addresses, so a plugin's node-side changes are for
+    /// its own pod, never for the node's other traffic.
+    fn own(&self, id: NsId, what: &str, net: &IpNet) -> NetResult<()> {
+        if !self.policy || id == NsId::Container || self.own_nets.iter().any(|o| o.contains(net)) {
+            return Ok(());
+        }
+        let owned: Vec<String> = self
+            .own_nets
+            .iter()
+            .map(|n| n.trunc().to_string())
+            .collect();
+        Err(NetError::Refused(format!(
+            "{what} in the node namespace is outside the attachment's networks [{}]",
+            owned.join(", ")
+        )))
+    }
+
+    /// The host's rule for routing tables (`policy.rs` `Grants::route`):
+    /// never the kernel's own (unspecified, `default`, `local`); in the node
+    /// namespace only the main table.
+    fn route_table(&self, id: NsId, dst: &str, table: u32) -> NetResult<()> {
+        if !self.policy {
+            return Ok(());
+        }
+        if [0, 253, 255].contains(&table) {
+            return Err(NetError::Refused(format!(
+                "route to {dst}: table {table} is the kernel's own"
+            )));
+        }
+        if id == NsId::Node && table != MAIN_TABLE {
+            return Err(NetError::Refused(format!(
+                "route to {dst}: in the node namespace only the main table ({MAIN_TABLE}), not {table}"
+            )));
+        }
+        Ok(())
+    }
+
     fn remove_link(&mut self, id: NsId, i: usize) {
         let ns = &mut self.ns[id.index()];
         let gone = ns.links.remove(i);
@@ -572,6 +618,16 @@ impl FakeHost {
     }
 
     // ------------------------------------------------------------ setup
+
+    /// Declares `cidr`'s network the attachment's own, as the host does
+    /// for the addresses of the runtime's prevResult (an IPAM result the
+    /// fake hands out is the attachment's own already): node-side
+    /// addresses and routes may lie in it.
+    pub fn own_network(&self, cidr: &str) {
+        if let Ok(net) = parse_cidr(cidr) {
+            self.world.borrow_mut().own_nets.push(net.trunc());
+        }
+    }
 
     /// Lets the attachment change node link `name` (its config names it).
     pub fn allow_node_link(&self, name: &str) {
@@ -865,6 +921,13 @@ impl Host for FakeHost {
             .clone()
             .ok_or_else(|| CniError::internal("fake: no IPAM result configured"))?;
         w.ipam_allocated = true;
+        // What the IPAM hands out is the attachment's own, as for the host.
+        let nets = result
+            .ips
+            .iter()
+            .filter_map(|ip| parse_cidr(&ip.address).ok())
+            .map(|n| n.trunc());
+        w.own_nets.extend(nets);
         Ok(result)
     }
 
@@ -1429,6 +1492,7 @@ impl Ops for FakeNs {
             }
             let net = parse_cidr(cidr)
                 .map_err(|_| NetError::Invalid(format!("invalid address {cidr:?}")))?;
+            w.own(id, &format!("address {net} on {link:?}"), &net)?;
             if w.ns[id.index()].links[i].addresses.contains(&net) {
                 return Err(NetError::Exists(format!("address {cidr} on {link}")));
             }
@@ -1485,6 +1549,8 @@ impl Ops for FakeNs {
             }
             let dst = parse_cidr(&route.dst)
                 .map_err(|_| NetError::Invalid(format!("invalid route dst {:?}", route.dst)))?;
+            w.route_table(id, &route.dst, route.table.unwrap_or(MAIN_TABLE))?;
+            w.own(id, &format!("route to {dst} via {dev:?}"), &dst)?;
             let gw = route
                 .gw
                 .as_deref()
@@ -1531,6 +1597,7 @@ impl Ops for FakeNs {
             }
             let dst = parse_cidr(&route.dst)
                 .map_err(|_| NetError::Invalid(format!("invalid route dst {:?}", route.dst)))?;
+            w.route_table(id, &route.dst, route.table.unwrap_or(MAIN_TABLE))?;
             let ns = &mut w.ns[id.index()];
             let pos = ns
                 .routes
@@ -1690,6 +1757,63 @@ mod tests {
         assert!(n.link_by_name("veth01").unwrap_err().is_not_found());
         assert!(host.container_netns().is_err());
         assert!(c.link_by_name("lo").unwrap_err().is_not_found());
+    }
+
+    /// A rule the fake used to skip while the host enforced it: node-side
+    /// addresses and routes lie in the attachment's own networks (what its
+    /// IPAM handed out), node routes go to the main table, no route goes to
+    /// the kernel's own tables. A plugin test that breaks it now fails here
+    /// as the plugin would fail on a node, with the host's words.
+    #[test]
+    fn node_addresses_and_routes_stay_in_the_attachments_networks() {
+        let host = FakeHost::new("eth0");
+        let (c, n) = (host.ns(NsId::Container), host.ns(NsId::Node));
+        host.allow_node_link("cni0");
+        n.ensure_bridge("cni0", None).unwrap();
+        let route = |dst: &str, dev: &str, table: Option<u32>| RouteSpec {
+            dst: dst.into(),
+            dev: Some(dev.into()),
+            table,
+            ..RouteSpec::default()
+        };
+        let refusal = |r: NetResult<()>| match r {
+            Err(NetError::Refused(why)) => why,
+            other => panic!("not refused: {other:?}"),
+        };
+        let why = refusal(n.add_address("cni0", "10.22.0.1/24"));
+        assert_eq!(
+            why,
+            "address 10.22.0.1/24 on \"cni0\" in the node namespace is outside the \
+             attachment's networks []"
+        );
+        refusal(n.add_route(&route("10.22.0.5/32", "cni0", None)));
+
+        host.set_ipam_result(ipam_result(&[("10.22.0.5/24", Some("10.22.0.1"))], &[]));
+        host.ipam_add().unwrap();
+        n.add_address("cni0", "10.22.0.1/24").unwrap();
+        n.add_route(&route("10.22.0.5/32", "cni0", None)).unwrap();
+        let why = refusal(n.add_route(&route("10.99.0.0/24", "cni0", None)));
+        assert!(
+            why.ends_with("outside the attachment's networks [10.22.0.0/24]"),
+            "{why}"
+        );
+        let why = refusal(n.add_route(&route("10.22.0.6/32", "cni0", Some(100))));
+        assert_eq!(
+            why,
+            "route to 10.22.0.6/32: in the node namespace only the main table (254), not 100"
+        );
+
+        // The container namespace is the attachment's own: any table but
+        // the kernel's.
+        c.create_veth("eth0", "veth01", &n, None, None).unwrap();
+        c.add_address("eth0", "10.22.0.5/24").unwrap();
+        c.add_route(&route("10.50.0.0/24", "eth0", Some(100)))
+            .unwrap();
+        let why = refusal(c.add_route(&route("10.51.0.0/24", "eth0", Some(255))));
+        assert_eq!(why, "route to 10.51.0.0/24: table 255 is the kernel's own");
+        // A prevResult's address is the attachment's too, once declared.
+        host.own_network("10.60.0.7/16");
+        n.add_route(&route("10.60.1.0/24", "cni0", None)).unwrap();
     }
 
     #[test]
