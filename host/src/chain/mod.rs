@@ -671,13 +671,7 @@ impl Executor {
 /// a VM's `vm.parent`), or the reference default when the key is absent
 /// (bridge: cni0).
 fn config_named(entry: &ChainEntry) -> BTreeSet<String> {
-    let named = |key: &str| {
-        entry
-            .raw
-            .get(key)
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-    };
+    let named = |key: &str| config_str(entry, key);
     let mut out: BTreeSet<String> = ["bridge", "master"]
         .iter()
         .filter_map(|k| named(k))
@@ -691,6 +685,15 @@ fn config_named(entry: &ChainEntry) -> BTreeSet<String> {
         out.insert(parent.to_string());
     }
     out
+}
+
+/// A non-empty string under `key` in a chain entry's config.
+fn config_str<'a>(entry: &'a ChainEntry, key: &str) -> Option<&'a str> {
+    entry
+        .raw
+        .get(key)
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
 }
 
 /// Whether a failure is the plugin's own answer (it returned an error), as

@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use super::services::StepServices;
 use super::{
-    cleanup, config_named, effects, load_component, native, prior_links, recorded,
+    cleanup, config_named, config_str, effects, load_component, native, prior_links, recorded,
     reported_by_plugin, request_for, union, Attachment, Executor, Step,
 };
 use crate::cni::config::ChainEntry;
@@ -436,13 +436,7 @@ impl<'e> Operation<'e> {
     fn net_access(&self, entry: &ChainEntry, command: Command, config: &str) -> NetAccess {
         let exec = self.exec;
         let att = self.att;
-        let named = |key: &str| {
-            entry
-                .raw
-                .get(key)
-                .and_then(Value::as_str)
-                .filter(|s| !s.is_empty())
-        };
+        let named = |key: &str| config_str(entry, key);
         let config_named = config_named(entry);
         // A VM's link on the node, and its owners, only as the config says.
         let vm = entry.raw.get("vm").and_then(Value::as_object);

@@ -337,12 +337,20 @@ pub mod draw {
         }
     }
 
-    pub fn opt_name(u: &mut Unstructured<'_>) -> Result<Option<String>> {
+    /// `draw`'s value or none, half and half.
+    fn maybe(
+        u: &mut Unstructured<'_>,
+        draw: fn(&mut Unstructured<'_>) -> Result<String>,
+    ) -> Result<Option<String>> {
         Ok(if bool::arbitrary(u)? {
-            Some(name(u)?)
+            Some(draw(u)?)
         } else {
             None
         })
+    }
+
+    pub fn opt_name(u: &mut Unstructured<'_>) -> Result<Option<String>> {
+        maybe(u, name)
     }
 
     /// An address or network: the scene's, or anything.
@@ -355,11 +363,7 @@ pub mod draw {
     }
 
     pub fn opt_text(u: &mut Unstructured<'_>) -> Result<Option<String>> {
-        Ok(if bool::arbitrary(u)? {
-            Some(text(u)?)
-        } else {
-            None
-        })
+        maybe(u, text)
     }
 
     pub fn store_key(u: &mut Unstructured<'_>) -> Result<String> {
@@ -414,11 +418,7 @@ pub mod draw {
                 }
                 1 => FilterRule::PortMap {
                     protocol: u8::arbitrary(u)?,
-                    host_ip: if bool::arbitrary(u)? {
-                        Some(rule_address(u)?)
-                    } else {
-                        None
-                    },
+                    host_ip: maybe(u, rule_address)?,
                     host_port: u16::arbitrary(u)?,
                     address: rule_address(u)?,
                     port: u16::arbitrary(u)?,
