@@ -1,81 +1,27 @@
 //! The CNI_* environment of one invocation, validated the way Go's skel does.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::path::PathBuf;
-use std::str::FromStr;
 
 use super::error::{CniError, ErrorCode};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Command {
-    Add,
-    Del,
-    Check,
-    Version,
-    Status,
-    Gc,
-}
+pub use wasm_cni_model::Command;
 
-impl Command {
-    pub const ALL: [Command; 6] = [
-        Command::Add,
-        Command::Del,
-        Command::Check,
-        Command::Version,
-        Command::Status,
-        Command::Gc,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Command::Add => "ADD",
-            Command::Del => "DEL",
-            Command::Check => "CHECK",
-            Command::Version => "VERSION",
-            Command::Status => "STATUS",
-            Command::Gc => "GC",
-        }
-    }
-
-    /// Variables that must be set and non-empty for this verb. Go's skel requires
-    /// CNI_PATH for ADD/DEL/CHECK although the spec calls it optional; we follow skel.
-    fn required(self) -> &'static [&'static str] {
-        match self {
-            Command::Add | Command::Check => &[CONTAINERID, NETNS, IFNAME, PATH],
-            Command::Del => &[CONTAINERID, IFNAME, PATH],
-            Command::Gc | Command::Status => &[PATH],
-            Command::Version => &[],
-        }
-    }
-
-    /// Verbs that address one attachment and so carry a container id and ifname.
-    fn is_attachment(self) -> bool {
-        matches!(self, Command::Add | Command::Del | Command::Check)
+/// Variables that must be set and non-empty for this verb. Go's skel requires
+/// CNI_PATH for ADD/DEL/CHECK although the spec calls it optional; we follow skel.
+fn required(command: Command) -> &'static [&'static str] {
+    match command {
+        Command::Add | Command::Check => &[CONTAINERID, NETNS, IFNAME, PATH],
+        Command::Del => &[CONTAINERID, IFNAME, PATH],
+        Command::Gc | Command::Status => &[PATH],
+        Command::Version => &[],
     }
 }
 
-impl fmt::Display for Command {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Command {
-    type Err = CniError;
-
-    /// Exact, case-sensitive match as in skel; anything else is code 4.
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Command::ALL
-            .into_iter()
-            .find(|c| c.as_str() == s)
-            .ok_or_else(|| {
-                CniError::new(
-                    ErrorCode::InvalidEnvironment,
-                    format!("unknown CNI_COMMAND: {s}"),
-                )
-            })
-    }
+/// Exact, case-sensitive match as in skel; anything else is code 4.
+pub fn parse_command(s: &str) -> Result<Command, CniError> {
+    s.parse()
+        .map_err(|e: wasm_cni_model::UnknownCommand| invalid_env(e.to_string()))
 }
 
 const COMMAND: &str = "CNI_COMMAND";
@@ -118,11 +64,10 @@ pub fn from_env<I: IntoIterator<Item = (String, String)>>(vars: I) -> Result<Inv
     let get = |k: &str| env.get(k).map(String::as_str);
 
     let command: Command = get(COMMAND)
-        .ok_or_else(|| invalid_env(format!("required env variables [{COMMAND}] missing")))?
-        .parse()?;
+        .ok_or_else(|| invalid_env(format!("required env variables [{COMMAND}] missing")))
+        .and_then(parse_command)?;
 
-    let missing: Vec<&str> = command
-        .required()
+    let missing: Vec<&str> = required(command)
         .iter()
         .copied()
         .filter(|k| get(k).is_none())
@@ -259,7 +204,7 @@ mod tests {
             assert_eq!(c.as_str().parse::<Command>().unwrap(), c);
             assert_eq!(c.to_string(), c.as_str());
         }
-        let e = "add".parse::<Command>().unwrap_err();
+        let e = parse_command("add").unwrap_err();
         assert_eq!((e.code, e.msg.as_str()), (4, "unknown CNI_COMMAND: add"));
     }
 

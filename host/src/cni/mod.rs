@@ -1,7 +1,7 @@
 //! The CNI wire protocol: environment, stdin config, results, versions and errors.
 //! Pure data handling; nothing here touches the kernel or runs plugins.
 
-pub mod cidr;
+pub use wasm_cni_model::cidr;
 pub mod config;
 pub mod env;
 pub mod error;

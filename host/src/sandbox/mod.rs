@@ -23,10 +23,10 @@ mod host_filter;
 mod host_ipam;
 mod host_log;
 pub(crate) mod host_network;
-pub mod policy;
 pub use host_network::{
     Change, CreatedLinks, FilterAccess, Holder, Ledger, NetAccess, OnCreated, Undo,
 };
+pub use wasm_cni_model::policy;
 mod host_store;
 pub mod limits;
 mod state;

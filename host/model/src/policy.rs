@@ -41,9 +41,9 @@ use std::net::IpAddr;
 
 use serde_json::Value;
 
-use crate::cni::Command;
 use crate::filter::{Proto, Rule};
 use crate::net::{IpNet, LinkId, MacvlanMode, RT_TABLE_MAIN};
+use crate::Command;
 
 /// Which namespace a handle names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
