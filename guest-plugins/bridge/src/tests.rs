@@ -722,22 +722,25 @@ fn status_tells_a_bridge_that_is_down_from_one_that_cannot_serve() {
 
 #[test]
 fn the_host_policy_is_respected() {
-    // A bridge the host does not grant (not config-named) is refused before
-    // anything is created or allocated.
+    // The host grants the bridge the config names (here not the default
+    // cni0) and nothing more; every step of a successful ADD stays within
+    // that, with nothing granted by hand.
     let host = FakeHost::new("eth0");
     host.set_ipam_result(ipam_result(&[("10.1.2.2/24", None)], &["0.0.0.0/0"]));
-    let before = host.snapshot();
-    let e = add(&host, &l3(r#""bridge":"br9""#)).unwrap_err();
-    assert!(e.msg.contains("refused"), "{}", e.msg);
-    assert_eq!(host.snapshot(), before);
-    assert!(host.ipam_calls().is_empty());
-    // Every step of a successful ADD stays within the grants.
-    host.allow_node_link("br9");
     add(
         &host,
         &l3(r#""bridge":"br9","isGateway":true,"hairpinMode":true"#),
     )
     .unwrap();
+    assert_eq!(host.addresses(NODE, "br9"), ["10.1.2.1/24"]);
+    // Another network's bridge on the node is not this attachment's to
+    // change, even though it is there.
+    host.add_link(NODE, "br7", "bridge", 1500);
+    let e = host
+        .ns(NODE)
+        .set_link("br7", &LinkSettings::up())
+        .unwrap_err();
+    assert!(matches!(e, NetError::Refused(_)), "{e:?}");
 }
 
 #[test]

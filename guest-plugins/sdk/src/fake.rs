@@ -3,18 +3,21 @@
 //! kernel where plugins can tell the difference (veth peers die together,
 //! addresses add their connected route, a gateway must be reachable, a
 //! duplicate address or route is `Exists`, an unknown sysctl is `NotFound`),
-//! a scripted IPAM delegate, a store, and the host's policy as
-//! `host/src/sandbox/policy.rs` states it (container namespace: create only
-//! CNI_IFNAME, change it, `lo` and created links; node namespace: create
-//! freely, change created links and the ones the config names — a bridge
-//! or macvlan master must be config-named, see [`FakeHost::allow_node_link`];
-//! a container-side bridge the config names may be used as a master only, see
-//! [`FakeHost::allow_container_bridge`]; delete only created links; sysctls
-//! under `net.`, per-interface ones only for changeable links, node-wide ones
-//! only the forwarding switches; node-side addresses and routes only inside
-//! the attachment's own networks — what the fake's IPAM handed out, or
-//! [`FakeHost::own_network`] — and node routes in the main table only; no
-//! route in the kernel's own tables).
+//! a scripted IPAM delegate, a store, and the host's policy.
+//!
+//! The policy is the host's own (`wasm-cni-model`'s `policy`, what the host
+//! runs): each `Ops` call asks it the questions the host's import asks
+//! before acting, so a plugin the host would refuse fails its unit test the
+//! same way, in the host's words. What it grants comes from where the host
+//! takes it: the config of the last request built with
+//! [`FakeHost::request`] (the links it names — `bridge`, `master`,
+//! `vm.parent`, the bridge plugin's `cni0` — a tap's `owner` and `group`,
+//! passthru, a VM's `vm`, the port mappings), the links created through
+//! `Ops` (the attachment's own), and the networks of the attachment's own
+//! addresses (what the fake's IPAM handed out, or
+//! [`FakeHost::own_network`]). One difference: the fake does not know which
+//! verb a plugin function serves, so it grants what ADD may do (the host
+//! refuses node-side changes during DEL, and every change during CHECK).
 //!
 //! Setup and inspection methods on [`FakeHost`] bypass the policy.
 
@@ -36,6 +39,13 @@ use crate::net::{
     RouteSpec, MAIN_TABLE,
 };
 use crate::types::{Attachment, CniResult, IpConfig, Request, Route};
+
+// The host's own policy (the wasm-cni-model crate the host runs), asked the
+// same questions the host asks before each import acts: the fake has no
+// rules of its own.
+use wasm_cni_model::net::{LinkId, MacvlanMode as HostMode, NsId as HostNs};
+use wasm_cni_model::policy::{Ask, ConfigGrants, Grants, PortGrant, Side};
+use wasm_cni_model::Command;
 
 /// The netns path the fake's requests carry.
 pub const NETNS_PATH: &str = "/var/run/netns/fake";
@@ -92,6 +102,35 @@ impl NsId {
             Self::Node => 0,
             Self::Container => 1,
         }
+    }
+
+    /// Which namespace this is, in the policy's terms.
+    fn side(self) -> Side {
+        match self {
+            Self::Node => Side::Node,
+            Self::Container => Side::Container,
+        }
+    }
+
+    /// The handle the policy's questions carry.
+    fn host(self) -> HostNs {
+        HostNs(self.index() as u32)
+    }
+
+    fn of(side: Side) -> NsId {
+        match side {
+            Side::Node => Self::Node,
+            Side::Container => Self::Container,
+        }
+    }
+}
+
+fn host_mode(mode: MacvlanMode) -> HostMode {
+    match mode {
+        MacvlanMode::Bridge => HostMode::Bridge,
+        MacvlanMode::Private => HostMode::Private,
+        MacvlanMode::Vepa => HostMode::Vepa,
+        MacvlanMode::Passthru => HostMode::Passthru,
     }
 }
 
@@ -153,9 +192,13 @@ struct World {
     next_index: u32,
     next_mac: u32,
     attachment: Attachment,
-    node_allowed: Vec<String>,
-    /// Container-side bridges the config names (usable as masters only).
-    container_bridges: Vec<String>,
+    /// What the config of the last request built grants, as the host
+    /// derives it.
+    config: ConfigGrants,
+    /// The same config's `runtimeConfig.portMappings`.
+    ports: Vec<PortGrant>,
+    /// Links the test declares config-named ([`FakeHost::allow_node_link`]).
+    named: Vec<String>,
     policy: bool,
     /// Networks of the attachment's own addresses: what its IPAM handed
     /// out (as the host learns them), and what the test declares.
@@ -205,15 +248,6 @@ fn per_link_keys(name: &str) -> Vec<(String, &'static str)> {
     keys
 }
 
-/// The interface named by a per-interface sysctl key, if it is one.
-fn sysctl_iface(key: &str) -> Option<String> {
-    let parts: Vec<&str> = key.split('.').collect();
-    match parts.as_slice() {
-        ["net", "ipv4" | "ipv6", "conf" | "neigh", iface, _leaf] => Some(iface.replace('/', ".")),
-        _ => None,
-    }
-}
-
 impl World {
     fn new(ifname: &str) -> Self {
         let mut world = Self {
@@ -224,8 +258,9 @@ impl World {
                 container_id: "ctr1".into(),
                 ifname: ifname.into(),
             },
-            node_allowed: Vec::new(),
-            container_bridges: Vec::new(),
+            config: ConfigGrants::default(),
+            ports: Vec::new(),
+            named: Vec::new(),
             policy: true,
             own_nets: Vec::new(),
             ipam_result: None,
@@ -371,115 +406,66 @@ impl World {
         }
     }
 
-    /// The host's policy for changing (or creating) link `name` in `id`.
-    fn may_change(&self, id: NsId, name: &str) -> bool {
-        if !self.policy {
-            return true;
+    /// What the host's policy grants this attachment now: the config of
+    /// the last request, the links created through `Ops`, the networks of
+    /// its own addresses. The verb is ADD's: the fake does not know which
+    /// verb a plugin function serves.
+    fn grants(&self) -> Grants {
+        let created = |id: NsId| {
+            let ns = &self.ns[id.index()];
+            ns.created
+                .iter()
+                .filter_map(|name| {
+                    let link = &ns.links[ns.find(name)?].link;
+                    let id = LinkId {
+                        index: link.index,
+                        kind: link.kind.clone(),
+                    };
+                    Some((name.clone(), id))
+                })
+                .collect()
+        };
+        let mut config = self.config.clone();
+        config.named.extend(self.named.iter().cloned());
+        Grants {
+            command: Command::Add,
+            ifname: self.attachment.ifname.clone(),
+            config,
+            created_node: created(NsId::Node),
+            created_container: created(NsId::Container),
+            own_nets: self.own_nets.clone(),
+            ports: self.ports.clone(),
         }
-        let ns = &self.ns[id.index()];
-        match id {
-            NsId::Container => {
-                name == self.attachment.ifname
-                    || name == "lo"
-                    || ns.created.iter().any(|c| c == name)
+    }
+
+    /// Asks the host's policy each question, as the host does before an
+    /// import acts; the first refusal is the answer, in the host's words.
+    fn ask(&self, asks: &[Ask<'_>]) -> NetResult<()> {
+        if !self.policy {
+            return Ok(());
+        }
+        let grants = self.grants();
+        for ask in asks {
+            if let Err(why) = ask.verdict(&grants) {
+                // As the host: deleting what is not there is "not found",
+                // whoever asks.
+                if let Ask::Delete(side, _, name) = ask {
+                    if self.ns[NsId::of(*side).index()].find(name).is_none() {
+                        return Err(NetError::NotFound(format!("link {name:?}")));
+                    }
+                }
+                return Err(NetError::Refused(why));
             }
-            NsId::Node => {
-                ns.created.iter().any(|c| c == name) || self.node_allowed.iter().any(|c| c == name)
-            }
-        }
-    }
-
-    /// The host's policy for using `bridge` in `id` as a master: a bridge
-    /// the plugin may change, or a container-side one its config names.
-    fn may_enslave_to(&self, id: NsId, bridge: &str) -> bool {
-        self.may_change(id, bridge)
-            || (id == NsId::Container && self.container_bridges.iter().any(|b| b == bridge))
-    }
-
-    /// The host's rule for qdiscs: links the attachment created only.
-    fn may_shape(&self, id: NsId, name: &str) -> NetResult<()> {
-        if !self.policy || self.ns[id.index()].created.iter().any(|c| c == name) {
-            Ok(())
-        } else {
-            Err(World::refuse("shaping link", name))
-        }
-    }
-
-    fn may_create(&self, id: NsId, name: &str) -> bool {
-        !self.policy || id == NsId::Node || name == self.attachment.ifname
-    }
-
-    fn may_delete(&self, id: NsId, name: &str) -> bool {
-        !self.policy
-            || (id == NsId::Container && name == self.attachment.ifname)
-            || self.ns[id.index()].created.iter().any(|c| c == name)
-    }
-
-    /// The host's sysctl rule: under `net.`; per-interface keys only for
-    /// links the plugin may change; node-wide keys in the node namespace
-    /// only for the forwarding switches.
-    fn may_write_sysctl(&self, id: NsId, key: &str) -> NetResult<()> {
-        if !key.starts_with("net.") {
-            return Err(NetError::Refused(format!("sysctl {key} is not under net.")));
-        }
-        if !self.policy {
-            return Ok(());
-        }
-        const NODE_GLOBAL: &[&str] = &["net.ipv4.ip_forward", "net.ipv6.conf.all.forwarding"];
-        if id == NsId::Node && NODE_GLOBAL.contains(&key) {
-            return Ok(());
-        }
-        match (id, sysctl_iface(key).as_deref()) {
-            (NsId::Container, None | Some("all" | "default")) => Ok(()),
-            (NsId::Node, None | Some("all" | "default")) => Err(NetError::Refused(format!(
-                "sysctl {key} is a node-wide setting"
-            ))),
-            (_, Some(iface)) if self.may_change(id, iface) => Ok(()),
-            (_, Some(iface)) => Err(World::refuse("sysctl of link", iface)),
-        }
-    }
-
-    fn refuse(what: &str, name: &str) -> NetError {
-        NetError::Refused(format!("{what} {name:?} is not this attachment's"))
-    }
-
-    /// The host's rule for node-side addresses and routes (`policy.rs`
-    /// `Grants::own`): `net` lies inside a network of one of the
-    /// attachment's own addresses, so a plugin's node-side changes are for
-    /// its own pod, never for the node's other traffic.
-    fn own(&self, id: NsId, what: &str, net: &IpNet) -> NetResult<()> {
-        if !self.policy || id == NsId::Container || self.own_nets.iter().any(|o| o.contains(net)) {
-            return Ok(());
-        }
-        let owned: Vec<String> = self
-            .own_nets
-            .iter()
-            .map(|n| n.trunc().to_string())
-            .collect();
-        Err(NetError::Refused(format!(
-            "{what} in the node namespace is outside the attachment's networks [{}]",
-            owned.join(", ")
-        )))
-    }
-
-    /// The host's rule for routing tables (`policy.rs` `Grants::route`):
-    /// never the kernel's own (unspecified, `default`, `local`); in the node
-    /// namespace only the main table.
-    fn route_table(&self, id: NsId, dst: &str, table: u32) -> NetResult<()> {
-        if !self.policy {
-            return Ok(());
-        }
-        if [0, 253, 255].contains(&table) {
-            return Err(NetError::Refused(format!(
-                "route to {dst}: table {table} is the kernel's own"
-            )));
-        }
-        if id == NsId::Node && table != MAIN_TABLE {
-            return Err(NetError::Refused(format!(
-                "route to {dst}: in the node namespace only the main table ({MAIN_TABLE}), not {table}"
-            )));
         }
         Ok(())
+    }
+
+    /// Whether `master` carries the namespace's default route.
+    fn carries_default_route(&self, id: NsId, master: &str) -> bool {
+        self.ns[id.index()].routes.iter().any(|r| {
+            r.dev.as_deref() == Some(master)
+                && parse_cidr(&r.dst).is_ok_and(|d| d.prefix_len() == 0)
+        })
     }
 
     fn remove_link(&mut self, id: NsId, i: usize) {
@@ -597,9 +583,18 @@ impl FakeHost {
         }
     }
 
-    /// A request for the fake's attachment with `config` (JSON text).
+    /// A request for the fake's attachment with `config` (JSON text). The
+    /// fake grants what the host would grant that config (the links it
+    /// names, a VM's tap owner, passthru, the port mappings) until the next
+    /// request is built.
     pub fn request(&self, config: &str) -> Request {
-        let w = self.world.borrow();
+        let mut w = self.world.borrow_mut();
+        let parsed = serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(config);
+        if let Ok(map) = parsed {
+            let plugin_type = map.get("type").and_then(|t| t.as_str()).unwrap_or("");
+            w.config = ConfigGrants::from_config(plugin_type, &map);
+            w.ports = PortGrant::from_config(config);
+        }
         Request {
             container_id: w.attachment.container_id.clone(),
             ifname: w.attachment.ifname.clone(),
@@ -629,15 +624,18 @@ impl FakeHost {
         }
     }
 
-    /// Lets the attachment change node link `name` (its config names it).
+    /// Counts `name` among the links the config names, as if it did: the
+    /// node link may be changed, a container-side bridge used as a master.
+    /// Requests built here already grant what their config names
+    /// (`bridge`, `master`, `vm.parent`, the bridge plugin's `cni0`).
     pub fn allow_node_link(&self, name: &str) {
-        self.world.borrow_mut().node_allowed.push(name.into());
+        self.world.borrow_mut().named.push(name.into());
     }
 
-    /// The config names `name` as a bridge in the container namespace: it
-    /// may be used as a master there (and nothing else).
+    /// [`FakeHost::allow_node_link`], for a bridge in the container
+    /// namespace (usable as a master there, and for nothing else).
     pub fn allow_container_bridge(&self, name: &str) {
-        self.world.borrow_mut().container_bridges.push(name.into());
+        self.allow_node_link(name);
     }
 
     /// Turns the host policy off.
@@ -1114,23 +1112,34 @@ impl FakeNs {
     #[allow(clippy::too_many_arguments)]
     fn upper(
         &self,
-        kind: &str,
+        kind: &'static str,
         name: &str,
         master: &str,
         mtu: Option<u32>,
         mac: Option<&str>,
         target: &Self,
+        mode: Option<MacvlanMode>,
         finish: impl FnOnce(&mut Link, &Link),
     ) -> NetResult<Link> {
         let target_id = target.id;
         self.with(&format!("create_{kind}"), name, |w, id| {
             w.alive(target_id)?;
+            let made = match mode {
+                Some(mode) => Ask::CreateMacvlan(target_id.side(), name, host_mode(mode)),
+                None => Ask::CreateStacked(target_id.side(), name, kind),
+            };
+            let grants = w.grants();
+            w.ask(&Ask::stacked(
+                made,
+                &grants,
+                id.side(),
+                id.host(),
+                master,
+                || w.carries_default_route(id, master),
+            ))?;
             check_name(name)?;
             let mac = check_mac(mac)?;
             let m = w.link_pos(id, master)?;
-            if !w.may_change(id, master) {
-                return Err(World::refuse("master", master));
-            }
             let master_link = w.ns[id.index()].links[m].link.clone();
             let mtu = mtu.unwrap_or(master_link.mtu);
             if mtu > master_link.mtu {
@@ -1138,9 +1147,6 @@ impl FakeNs {
                     -22,
                     format!("mtu {mtu} greater than master's"),
                 ));
-            }
-            if !w.may_create(target_id, name) {
-                return Err(World::refuse("link", name));
             }
             if w.ns[target_id.index()].find(name).is_some() {
                 return Err(NetError::Exists(format!("link {name:?}")));
@@ -1162,7 +1168,7 @@ impl FakeNs {
     #[allow(clippy::too_many_arguments)]
     fn macvlan(
         &self,
-        kind: &str,
+        kind: &'static str,
         name: &str,
         master: &str,
         mode: MacvlanMode,
@@ -1170,7 +1176,7 @@ impl FakeNs {
         mac: Option<&str>,
         target: &Self,
     ) -> NetResult<Link> {
-        self.upper(kind, name, master, mtu, mac, target, |l, _| {
+        self.upper(kind, name, master, mtu, mac, target, Some(mode), |l, _| {
             l.macvlan_mode = Some(mode);
             if kind == "macvtap" {
                 // The kernel's default for a macvtap.
@@ -1196,6 +1202,14 @@ fn check_mac(mac: Option<&str>) -> NetResult<Option<String>> {
         crate::mac::normalize(m).ok_or_else(|| NetError::Invalid(format!("invalid MAC {m:?}")))
     })
     .transpose()
+}
+
+/// A route's device: the host refuses a route that names none.
+fn route_dev(route: &RouteSpec) -> NetResult<String> {
+    route
+        .dev
+        .clone()
+        .ok_or_else(|| NetError::Refused("a route must name its device".into()))
 }
 
 fn check_mtu(mtu: u32) -> NetResult<()> {
@@ -1224,17 +1238,15 @@ impl Ops for FakeNs {
         let peer_id = peer_ns.id;
         self.with("create_veth", name, |w, id| {
             w.alive(peer_id)?;
+            w.ask(&[
+                Ask::Create(id.side(), name),
+                Ask::Create(peer_id.side(), peer_name),
+            ])?;
             check_name(name)?;
             check_name(peer_name)?;
             let mac = check_mac(mac)?;
             if let Some(m) = mtu {
                 check_mtu(m)?;
-            }
-            if !w.may_create(id, name) {
-                return Err(World::refuse("link", name));
-            }
-            if !w.may_create(peer_id, peer_name) {
-                return Err(World::refuse("link", peer_name));
             }
             if w.ns[id.index()].find(name).is_some() {
                 return Err(NetError::Exists(format!("link {name:?}")));
@@ -1264,12 +1276,8 @@ impl Ops for FakeNs {
 
     fn ensure_bridge(&self, name: &str, mtu: Option<u32>) -> NetResult<Link> {
         self.with("ensure_bridge", name, |w, id| {
+            w.ask(&Ask::ensure_bridge(id.side(), id.host(), name))?;
             check_name(name)?;
-            // A bridge is shared: only the config-named one, and it never
-            // becomes the attachment's.
-            if !w.may_change(id, name) {
-                return Err(World::refuse("bridge", name));
-            }
             if let Some(i) = w.ns[id.index()].find(name) {
                 let kind = &w.ns[id.index()].links[i].link.kind;
                 if kind != "bridge" {
@@ -1281,6 +1289,11 @@ impl Ops for FakeNs {
                 check_mtu(m)?;
             }
             w.new_link(id, name, "bridge", mtu.unwrap_or(1500), false);
+            // In the container a bridge is the attachment's, as any link
+            // made there; in the node it is shared and never is.
+            if id == NsId::Container {
+                w.ns[id.index()].created.push(name.into());
+            }
             Ok(w.describe(id, w.ns[id.index()].links.len() - 1))
         })
     }
@@ -1320,7 +1333,7 @@ impl Ops for FakeNs {
         if vlan_id > 4094 {
             return Err(NetError::Invalid(format!("vlan id {vlan_id}")));
         }
-        self.upper("vlan", name, master, mtu, None, target, |l, m| {
+        self.upper("vlan", name, master, mtu, None, target, None, |l, m| {
             l.vlan_id = Some(vlan_id);
             l.mac.clone_from(&m.mac);
         })
@@ -1334,7 +1347,7 @@ impl Ops for FakeNs {
         mtu: Option<u32>,
         target: &Self,
     ) -> NetResult<Link> {
-        self.upper("ipvlan", name, master, mtu, None, target, |l, m| {
+        self.upper("ipvlan", name, master, mtu, None, target, None, |l, m| {
             l.ipvlan_mode = Some(mode);
             l.mac.clone_from(&m.mac);
         })
@@ -1350,13 +1363,11 @@ impl Ops for FakeNs {
         group: Option<u32>,
     ) -> NetResult<Link> {
         self.with("create_tap", name, |w, id| {
+            w.ask(&[Ask::CreateTap(id.side(), name, owner, group)])?;
             check_name(name)?;
             let mac = check_mac(mac)?;
             if let Some(m) = mtu {
                 check_mtu(m)?;
-            }
-            if !w.may_create(id, name) {
-                return Err(World::refuse("link", name));
             }
             if w.ns[id.index()].find(name).is_some() {
                 return Err(NetError::Exists(format!("link {name:?}")));
@@ -1403,18 +1414,14 @@ impl Ops for FakeNs {
 
     fn set_link(&self, name: &str, s: &LinkSettings) -> NetResult<Link> {
         self.with("set_link", name, |w, id| {
+            let master = s.master.as_deref().unwrap_or("");
+            w.ask(&Ask::set_link(id.side(), id.host(), name, master))?;
             let i = w.link_pos(id, name)?;
-            if !w.may_change(id, name) {
-                return Err(World::refuse("link", name));
-            }
             let master = match s.master.as_deref() {
                 None => None,
                 Some("") => Some(None),
                 Some(br) => {
                     let b = w.link_pos(id, br)?;
-                    if !w.may_enslave_to(id, br) {
-                        return Err(World::refuse("bridge", br));
-                    }
                     let bl = &w.ns[id.index()].links[b].link;
                     if bl.kind != "bridge" {
                         return Err(NetError::Invalid(format!("{br:?} is not a bridge")));
@@ -1475,10 +1482,8 @@ impl Ops for FakeNs {
 
     fn delete_link(&self, name: &str) -> NetResult<()> {
         self.with("delete_link", name, |w, id| {
+            w.ask(&[Ask::Delete(id.side(), id.host(), name)])?;
             let i = w.link_pos(id, name)?;
-            if !w.may_delete(id, name) {
-                return Err(World::refuse("link", name));
-            }
             w.remove_link(id, i);
             Ok(())
         })
@@ -1486,13 +1491,10 @@ impl Ops for FakeNs {
 
     fn add_address(&self, link: &str, cidr: &str) -> NetResult<()> {
         self.with("add_address", cidr, |w, id| {
-            let i = w.link_pos(id, link)?;
-            if !w.may_change(id, link) {
-                return Err(World::refuse("link", link));
-            }
             let net = parse_cidr(cidr)
                 .map_err(|_| NetError::Invalid(format!("invalid address {cidr:?}")))?;
-            w.own(id, &format!("address {net} on {link:?}"), &net)?;
+            w.ask(&[Ask::Address(id.side(), id.host(), link, &net, true)])?;
+            let i = w.link_pos(id, link)?;
             if w.ns[id.index()].links[i].addresses.contains(&net) {
                 return Err(NetError::Exists(format!("address {cidr} on {link}")));
             }
@@ -1503,12 +1505,10 @@ impl Ops for FakeNs {
 
     fn del_address(&self, link: &str, cidr: &str) -> NetResult<()> {
         self.with("del_address", cidr, |w, id| {
-            let i = w.link_pos(id, link)?;
-            if !w.may_change(id, link) {
-                return Err(World::refuse("link", link));
-            }
             let net = parse_cidr(cidr)
                 .map_err(|_| NetError::Invalid(format!("invalid address {cidr:?}")))?;
+            w.ask(&[Ask::Address(id.side(), id.host(), link, &net, false)])?;
+            let i = w.link_pos(id, link)?;
             let ns = &mut w.ns[id.index()];
             let before = ns.links[i].addresses.len();
             ns.links[i].addresses.retain(|a| *a != net);
@@ -1539,18 +1539,18 @@ impl Ops for FakeNs {
 
     fn add_route(&self, route: &RouteSpec) -> NetResult<()> {
         self.with("add_route", &route.dst, |w, id| {
-            let dev = route
-                .dev
-                .clone()
-                .ok_or_else(|| NetError::Invalid("the fake needs `dev` on routes".into()))?;
-            w.link_pos(id, &dev)?;
-            if !w.may_change(id, &dev) {
-                return Err(World::refuse("link", &dev));
-            }
+            let dev = route_dev(route)?;
             let dst = parse_cidr(&route.dst)
                 .map_err(|_| NetError::Invalid(format!("invalid route dst {:?}", route.dst)))?;
-            w.route_table(id, &route.dst, route.table.unwrap_or(MAIN_TABLE))?;
-            w.own(id, &format!("route to {dst} via {dev:?}"), &dst)?;
+            w.ask(&[Ask::Route(
+                id.side(),
+                id.host(),
+                &dev,
+                &dst,
+                route.table,
+                true,
+            )])?;
+            w.link_pos(id, &dev)?;
             let gw = route
                 .gw
                 .as_deref()
@@ -1590,14 +1590,17 @@ impl Ops for FakeNs {
 
     fn del_route(&self, route: &RouteSpec) -> NetResult<()> {
         self.with("del_route", &route.dst, |w, id| {
-            if let Some(dev) = &route.dev {
-                if !w.may_change(id, dev) {
-                    return Err(World::refuse("link", dev));
-                }
-            }
+            let dev = route_dev(route)?;
             let dst = parse_cidr(&route.dst)
                 .map_err(|_| NetError::Invalid(format!("invalid route dst {:?}", route.dst)))?;
-            w.route_table(id, &route.dst, route.table.unwrap_or(MAIN_TABLE))?;
+            w.ask(&[Ask::Route(
+                id.side(),
+                id.host(),
+                &dev,
+                &dst,
+                route.table,
+                false,
+            )])?;
             let ns = &mut w.ns[id.index()];
             let pos = ns
                 .routes
@@ -1624,9 +1627,7 @@ impl Ops for FakeNs {
 
     fn get_sysctl(&self, key: &str) -> NetResult<String> {
         self.with("get_sysctl", key, |w, id| {
-            if !key.starts_with("net.") {
-                return Err(NetError::Refused(format!("sysctl {key} is not under net.")));
-            }
+            w.ask(&[Ask::Sysctl(id.side(), id.host(), key, false)])?;
             w.ns[id.index()]
                 .sysctls
                 .get(key)
@@ -1637,7 +1638,7 @@ impl Ops for FakeNs {
 
     fn set_sysctl(&self, key: &str, value: &str) -> NetResult<()> {
         self.with("set_sysctl", key, |w, id| {
-            w.may_write_sysctl(id, key)?;
+            w.ask(&[Ask::Sysctl(id.side(), id.host(), key, true)])?;
             let slot = w.ns[id.index()]
                 .sysctls
                 .get_mut(key)
@@ -1649,12 +1650,10 @@ impl Ops for FakeNs {
 
     fn create_ifb(&self, name: &str, mtu: Option<u32>) -> NetResult<Link> {
         self.with("create_ifb", name, |w, id| {
+            w.ask(&[Ask::CreateIfb(id.side(), name)])?;
             check_name(name)?;
             if let Some(m) = mtu {
                 check_mtu(m)?;
-            }
-            if w.policy && id != NsId::Node {
-                return Err(World::refuse("ifb", name));
             }
             if w.ns[id.index()].find(name).is_some() {
                 return Err(NetError::Exists(format!("link {name:?}")));
@@ -1668,7 +1667,7 @@ impl Ops for FakeNs {
 
     fn limit_rate(&self, link: &str, limit: RateLimit) -> NetResult<()> {
         self.with("limit_rate", link, |w, id| {
-            w.may_shape(id, link)?;
+            w.ask(&[Ask::Shape(id.side(), id.host(), link)])?;
             if limit.rate == 0 || limit.burst == 0 {
                 return Err(NetError::Invalid("rate and burst must be positive".into()));
             }
@@ -1687,8 +1686,10 @@ impl Ops for FakeNs {
 
     fn redirect_ingress(&self, link: &str, to: &str) -> NetResult<()> {
         self.with("redirect_ingress", link, |w, id| {
-            w.may_shape(id, link)?;
-            w.may_shape(id, to)?;
+            w.ask(&[
+                Ask::Shape(id.side(), id.host(), link),
+                Ask::Shape(id.side(), id.host(), to),
+            ])?;
             w.link_pos(id, to)?;
             let i = w.link_pos(id, link)?;
             let l = &mut w.ns[id.index()].links[i];
@@ -1870,8 +1871,8 @@ mod tests {
             c.create_tap("eth1", None, None, false, None, None),
             Err(NetError::Refused(_))
         ));
-        let l = c
-            .create_tap(
+        let tap = || {
+            c.create_tap(
                 "eth0",
                 Some(9000),
                 Some("02:00:00:00:00:05"),
@@ -1879,7 +1880,11 @@ mod tests {
                 Some(107),
                 None,
             )
-            .unwrap();
+        };
+        // The host's rule: a tap's owner is the one the config names.
+        assert!(matches!(tap(), Err(NetError::Refused(_))));
+        host.request(&netconf("1.1.0", "vm", "tap", r#""owner":107"#));
+        let l = tap().unwrap();
         assert_eq!(
             (l.kind.as_str(), l.mtu, l.mac.as_str()),
             ("tun", 9000, "02:00:00:00:00:05")
@@ -1927,6 +1932,52 @@ mod tests {
             ("macvtap", Some(MacvlanMode::Vepa), 500)
         );
         assert_eq!(host.link_names(NsId::Node), ["lo", "ens3"]);
+    }
+
+    /// Rules the fake once skipped and the host always applied: now both
+    /// ask one policy, so each refusal here is the host's, in its words.
+    #[test]
+    fn the_fake_refuses_what_the_host_refuses() {
+        let host = FakeHost::new("eth0");
+        let (c, n) = (host.ns(NsId::Container), host.ns(NsId::Node));
+        let refused = |r: NetResult<Link>| match r {
+            Err(NetError::Refused(why)) => why,
+            other => panic!("expected a refusal, got {other:?}"),
+        };
+        // A request's config grants what it names, as the host derives it:
+        // the master it names, and passthru only when it asks for it.
+        host.request(&netconf("1.1.0", "n", "macvlan", r#""master":"ens3""#));
+        let why = refused(n.create_macvlan("eth0", "ens3", MacvlanMode::Passthru, None, None, &c));
+        assert!(why.contains("passthru"), "{why}");
+        // A macvlan on the node is a VM's, and only when the config says so.
+        let why = refused(n.create_macvlan("mv0", "ens3", MacvlanMode::Bridge, None, None, &n));
+        assert!(why.contains("container namespace"), "{why}");
+        n.create_macvlan("eth0", "ens3", MacvlanMode::Bridge, None, None, &c)
+            .unwrap();
+        // An ifb in the container, a second interface there.
+        let why = refused(c.create_ifb("eth0", None));
+        assert!(why.contains("node namespace only"), "{why}");
+        let why = refused(c.create_veth("eth1", "veth9", &n, None, None));
+        assert!(why.contains("eth1"), "{why}");
+        // A node-wide sysctl that is not a forwarding switch, a key outside
+        // `net.`, reading included.
+        let set = n.set_sysctl("net.ipv4.conf.all.rp_filter", "1");
+        assert!(matches!(set, Err(NetError::Refused(_))), "{set:?}");
+        n.set_sysctl("net.ipv4.ip_forward", "1").unwrap();
+        let get = c.get_sysctl("kernel.hostname");
+        assert!(matches!(get, Err(NetError::Refused(_))), "{get:?}");
+        // A route with no device, which the host cannot place.
+        let route = RouteSpec {
+            dst: "10.9.0.0/16".into(),
+            gw: Some("10.1.2.1".into()),
+            ..RouteSpec::default()
+        };
+        let r = c.add_route(&route);
+        assert!(matches!(r, Err(NetError::Refused(_))), "{r:?}");
+        // Deleting what is not there is "not found", as the host says it,
+        // before whether it was the attachment's.
+        assert!(c.delete_link("nothing").unwrap_err().is_not_found());
+        assert!(matches!(n.delete_link("ens3"), Err(NetError::Refused(_))));
     }
 
     #[test]

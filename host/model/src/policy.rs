@@ -39,10 +39,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::filter::{Proto, Rule};
-use crate::net::{IpNet, LinkId, MacvlanMode, RT_TABLE_MAIN};
+use crate::net::{IpNet, LinkId, MacvlanMode, NsId, RT_TABLE_MAIN};
 use crate::Command;
 
 /// Which namespace a handle names.
@@ -98,6 +98,58 @@ pub struct ConfigGrants {
     pub tap_group: Option<u32>,
     /// The config asks for a VM's tap or macvtap on the node (`"vm"`).
     pub vm_node: bool,
+}
+
+impl ConfigGrants {
+    /// What a plugin's own config (its chain entry: `type` and the keys
+    /// beside it) grants.
+    pub fn from_config(plugin_type: &str, config: &Map<String, Value>) -> ConfigGrants {
+        let text = |key: &str| config_str(config, key);
+        // A VM's link on the node, and its owners, only as the config says.
+        let vm = config.get("vm").and_then(Value::as_object);
+        let id = |key: &str| {
+            vm.and_then(|v| v.get(key))
+                .or_else(|| config.get(key))
+                .and_then(Value::as_u64)
+                .and_then(|v| u32::try_from(v).ok())
+        };
+        ConfigGrants {
+            named: ConfigGrants::named_links(plugin_type, config),
+            default_master: text("master").is_none() && DEFAULT_MASTER_TYPES.contains(&plugin_type),
+            passthru: text("mode") == Some("passthru"),
+            tap_owner: id("owner"),
+            tap_group: id("group"),
+            vm_node: vm.is_some(),
+        }
+    }
+
+    /// The node links a plugin may change: the ones its own config names,
+    /// under the keys the reference plugins use for them (`bridge`,
+    /// `master`, a VM's `vm.parent`), or the reference default when the key
+    /// is absent (bridge: `cni0`).
+    pub fn named_links(plugin_type: &str, config: &Map<String, Value>) -> BTreeSet<String> {
+        let mut out: BTreeSet<String> = ["bridge", "master"]
+            .iter()
+            .filter_map(|k| config_str(config, k))
+            .map(str::to_string)
+            .collect();
+        if plugin_type == "bridge" && config_str(config, "bridge").is_none() {
+            out.insert("cni0".into());
+        }
+        let vm = config.get("vm").and_then(Value::as_object);
+        if let Some(parent) = vm.and_then(|v| v.get("parent")).and_then(Value::as_str) {
+            out.insert(parent.to_string());
+        }
+        out
+    }
+}
+
+/// A non-empty string under `key` in a config.
+fn config_str<'a>(config: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
+    config
+        .get(key)
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
 }
 
 /// What one plugin call may touch.
@@ -546,6 +598,163 @@ impl Grants {
     }
 }
 
+/// A policy question asked before acting: every network import asks one
+/// or more, in order, and acts only if all are answered yes. Questions
+/// about a link carry the namespace, so that a grant resting on the
+/// attachment having created the link can be checked against the live link.
+#[derive(Debug, Clone, Copy)]
+pub enum Ask<'a> {
+    Read,
+    Create(Side, &'a str),
+    CreateTap(Side, &'a str, Option<u32>, Option<u32>),
+    CreateMacvlan(Side, &'a str, MacvlanMode),
+    /// A vlan or ipvlan (the kind).
+    CreateStacked(Side, &'a str, &'static str),
+    Change(Side, NsId, &'a str),
+    /// Use as a bridge master.
+    Enslave(Side, NsId, &'a str),
+    Delete(Side, NsId, &'a str),
+    Address(Side, NsId, &'a str, &'a IpNet, bool),
+    Route(Side, NsId, &'a str, &'a IpNet, Option<u32>, bool),
+    Sysctl(Side, NsId, &'a str, bool),
+    /// Qdiscs and filters on a link.
+    Shape(Side, NsId, &'a str),
+    CreateIfb(Side, &'a str),
+}
+
+impl Ask<'_> {
+    /// The policy's answer, and what it rests on.
+    pub fn verdict(&self, g: &Grants) -> Verdict<Basis> {
+        match *self {
+            Ask::Read => Ok(Basis::Granted),
+            Ask::Create(side, n) => g.create(side, n).map(|()| Basis::Granted),
+            Ask::CreateTap(side, n, owner, group) => {
+                g.create_tap(side, n, owner, group).map(|()| Basis::Granted)
+            }
+            Ask::CreateMacvlan(side, n, mode) => {
+                g.create_macvlan(side, n, mode).map(|()| Basis::Granted)
+            }
+            Ask::CreateStacked(side, n, kind) => {
+                g.create_stacked(side, n, kind).map(|()| Basis::Granted)
+            }
+            Ask::Change(side, _, n) => g.change(side, n),
+            Ask::Enslave(side, _, n) => g.enslave(side, n),
+            Ask::Delete(side, _, n) => g.delete(side, n),
+            Ask::Address(side, _, link, addr, add) => g.address(side, link, addr, add),
+            Ask::Route(side, _, dev, dst, table, add) => g.route(side, dev, dst, table, add),
+            Ask::Sysctl(side, _, key, write) => g.sysctl(side, key, write),
+            Ask::Shape(side, _, n) => g.shape(side, n),
+            Ask::CreateIfb(side, n) => {
+                g.create(side, n)?;
+                match side {
+                    Side::Node => Ok(Basis::Granted),
+                    Side::Container => Err(format!(
+                        "ifb {n:?}: ifbs are made in the node namespace only"
+                    )),
+                }
+            }
+        }
+    }
+
+    /// Where the link a grant rests on lives.
+    pub fn place(&self) -> Option<(Side, NsId)> {
+        match *self {
+            Ask::Change(side, ns, _)
+            | Ask::Enslave(side, ns, _)
+            | Ask::Delete(side, ns, _)
+            | Ask::Address(side, ns, ..)
+            | Ask::Route(side, ns, ..)
+            | Ask::Sysctl(side, ns, ..)
+            | Ask::Shape(side, ns, _) => Some((side, ns)),
+            _ => None,
+        }
+    }
+
+    /// The questions an import that creates a link stacked on `master` (a
+    /// link of `side`) asks: `create`, and whether the master is the
+    /// plugin's to use, unless it is the node's default-route link and the
+    /// plugin's type and config allow that (`default_route_link` tells
+    /// whether `master` carries the node's default route; it is asked only
+    /// then).
+    pub fn stacked<'a>(
+        create: Ask<'a>,
+        g: &Grants,
+        side: Side,
+        ns: NsId,
+        master: &'a str,
+        default_route_link: impl FnOnce() -> bool,
+    ) -> Vec<Ask<'a>> {
+        let named = g.config.named.contains(master) && side == Side::Node;
+        let default_ok =
+            !named && side == Side::Node && g.config.default_master && default_route_link();
+        let mut asks = vec![create];
+        if !default_ok {
+            asks.push(Ask::Change(side, ns, master));
+        }
+        asks
+    }
+
+    /// The questions of `ensure-bridge` on `side`: in the node a bridge is
+    /// shared by attachments, so only the one the config names (or one of
+    /// the attachment's own), and it never becomes the attachment's; in
+    /// the container it is a link like any other (only CNI_IFNAME).
+    pub fn ensure_bridge(side: Side, ns: NsId, name: &str) -> Vec<Ask<'_>> {
+        match side {
+            Side::Node => vec![Ask::Change(side, ns, name), Ask::Create(side, name)],
+            Side::Container => vec![Ask::Create(side, name)],
+        }
+    }
+
+    /// The questions of `set-link` on `name`, with `master` as given.
+    pub fn set_link<'a>(side: Side, ns: NsId, name: &'a str, master: &'a str) -> Vec<Ask<'a>> {
+        let mut asks = vec![Ask::Change(side, ns, name)];
+        if !master.is_empty() {
+            asks.push(Ask::Enslave(side, ns, master));
+        }
+        asks
+    }
+}
+
+/// The call, for a fault report: `network create veth0 (node)`.
+pub fn describe(asks: &[Ask<'_>]) -> String {
+    let side = |s: &Side| s.as_str();
+    let parts: Vec<String> = asks
+        .iter()
+        .map(|a| match a {
+            Ask::Read => "read".to_string(),
+            Ask::Create(s, n)
+            | Ask::CreateTap(s, n, ..)
+            | Ask::CreateMacvlan(s, n, _)
+            | Ask::CreateStacked(s, n, _) => {
+                format!("create {n} ({})", side(s))
+            }
+            Ask::Change(s, _, n) => format!("change {n} ({})", side(s)),
+            Ask::Enslave(s, _, n) => format!("enslave to {n} ({})", side(s)),
+            Ask::Delete(s, _, n) => format!("delete {n} ({})", side(s)),
+            Ask::Address(s, _, n, a, add) => {
+                format!(
+                    "{} address {a} on {n} ({})",
+                    if *add { "add" } else { "del" },
+                    side(s)
+                )
+            }
+            Ask::Route(s, _, n, d, _, add) => {
+                format!(
+                    "{} route {d} dev {n} ({})",
+                    if *add { "add" } else { "del" },
+                    side(s)
+                )
+            }
+            Ask::Sysctl(s, _, k, w) => {
+                format!("{} {k} ({})", if *w { "set" } else { "get" }, side(s))
+            }
+            Ask::Shape(s, _, n) => format!("shape {n} ({})", side(s)),
+            Ask::CreateIfb(s, n) => format!("create ifb {n} ({})", side(s)),
+        })
+        .collect();
+    format!("network {}", parts.join(", "))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -582,6 +791,72 @@ mod tests {
                 ]}}"#,
             ),
         }
+    }
+
+    fn config(text: &str) -> Map<String, Value> {
+        serde_json::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn a_config_grants_the_links_it_names_and_what_it_asks_for() {
+        let c = ConfigGrants::from_config("bridge", &config(r#"{"type":"bridge"}"#));
+        assert_eq!(
+            c.named,
+            ["cni0".to_string()].into(),
+            "the reference default"
+        );
+        let c = ConfigGrants::from_config("bridge", &config(r#"{"bridge":"br9"}"#));
+        assert_eq!(c.named, ["br9".to_string()].into());
+        let c = ConfigGrants::from_config(
+            "macvlan",
+            &config(r#"{"master":"ens9","mode":"passthru","owner":1,"group":2}"#),
+        );
+        assert_eq!(c.named, ["ens9".to_string()].into());
+        assert!(c.passthru && !c.default_master && !c.vm_node);
+        assert_eq!((c.tap_owner, c.tap_group), (Some(1), Some(2)));
+        // No master: the types that default to the default-route link may
+        // use it; others may not. An empty string names nothing.
+        let c = ConfigGrants::from_config("macvtap", &config(r#"{"master":""}"#));
+        assert!(c.default_master && c.named.is_empty());
+        let c = ConfigGrants::from_config("vlan", &config("{}"));
+        assert!(!c.default_master);
+        // A VM's: its parent is named, its owners win over the top level's,
+        // and an id that is not a u32 grants nothing.
+        let c = ConfigGrants::from_config(
+            "tap",
+            &config(r#"{"owner":1,"group":-1,"vm":{"parent":"br-vm","owner":5}}"#),
+        );
+        assert!(c.vm_node);
+        assert_eq!(c.named, ["br-vm".to_string()].into());
+        assert_eq!((c.tap_owner, c.tap_group), (Some(5), None));
+    }
+
+    #[test]
+    fn a_stacked_link_asks_for_its_master_unless_it_is_the_granted_default() {
+        let mut g = grants(Command::Add);
+        g.config.named.insert("ens9".into());
+        let ns = NsId(0);
+        let create = Ask::CreateStacked(Side::Container, "eth0", "vlan");
+        let verdicts = |asks: &[Ask<'_>], g: &Grants| -> Vec<bool> {
+            asks.iter().map(|a| a.verdict(g).is_ok()).collect()
+        };
+        // A named master: asked, and granted.
+        let asks = Ask::stacked(create, &g, Side::Node, ns, "ens9", || unreachable!());
+        assert_eq!(verdicts(&asks, &g), [true, true]);
+        // Another master: asked, and refused, whatever routes it carries
+        // (the default is not granted to this config).
+        let asks = Ask::stacked(create, &g, Side::Node, ns, "ens3", || true);
+        assert_eq!(verdicts(&asks, &g), [true, false]);
+        // Granted the default: the default-route link needs no grant, a
+        // link without the default route still does.
+        g.config.default_master = true;
+        let asks = Ask::stacked(create, &g, Side::Node, ns, "ens3", || true);
+        assert_eq!(verdicts(&asks, &g), [true]);
+        let asks = Ask::stacked(create, &g, Side::Node, ns, "ens3", || false);
+        assert_eq!(verdicts(&asks, &g), [true, false]);
+        // A master in the container is never the node's default.
+        let asks = Ask::stacked(create, &g, Side::Container, ns, "up0", || true);
+        assert_eq!(verdicts(&asks, &g), [true, false]);
     }
 
     #[test]

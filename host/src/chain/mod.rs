@@ -38,7 +38,7 @@ use crate::image::trust::Policy;
 use crate::image::{ImageError, ImageRef, ImageStore};
 use crate::log;
 use crate::net::{LinkId, Net};
-use crate::sandbox::policy::Side;
+use crate::sandbox::policy::{ConfigGrants, Side};
 use crate::sandbox::{
     convert, wit, CallError, CreatedLinks, Faults, Holder, Limits, Plugin, Runtime,
 };
@@ -606,7 +606,11 @@ impl Executor {
     /// The node links any entry of the network's chain names: where the
     /// host's own settings for an attachment may go (`effects`).
     fn chain_named(&self) -> BTreeSet<String> {
-        self.conf.chain.iter().flat_map(config_named).collect()
+        self.conf
+            .chain
+            .iter()
+            .flat_map(|e| ConfigGrants::named_links(&e.plugin_type, &e.raw))
+            .collect()
     }
 
     /// Names attachments by tag from the records of this state directory.
@@ -664,36 +668,6 @@ impl Executor {
             });
         }
     }
-}
-
-/// The node links a plugin may change: the ones its own config names,
-/// under the keys the reference plugins use for them (`bridge`, `master`,
-/// a VM's `vm.parent`), or the reference default when the key is absent
-/// (bridge: cni0).
-fn config_named(entry: &ChainEntry) -> BTreeSet<String> {
-    let named = |key: &str| config_str(entry, key);
-    let mut out: BTreeSet<String> = ["bridge", "master"]
-        .iter()
-        .filter_map(|k| named(k))
-        .map(str::to_string)
-        .collect();
-    if entry.plugin_type == "bridge" && named("bridge").is_none() {
-        out.insert("cni0".into());
-    }
-    let vm = entry.raw.get("vm").and_then(Value::as_object);
-    if let Some(parent) = vm.and_then(|v| v.get("parent")).and_then(Value::as_str) {
-        out.insert(parent.to_string());
-    }
-    out
-}
-
-/// A non-empty string under `key` in a chain entry's config.
-fn config_str<'a>(entry: &'a ChainEntry, key: &str) -> Option<&'a str> {
-    entry
-        .raw
-        .get(key)
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
 }
 
 /// Whether a failure is the plugin's own answer (it returned an error), as

@@ -12,12 +12,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
 use super::services::StepServices;
 use super::{
-    cleanup, config_named, config_str, effects, load_component, native, prior_links, recorded,
-    reported_by_plugin, request_for, union, Attachment, Executor, Step,
+    cleanup, effects, load_component, native, prior_links, recorded, reported_by_plugin,
+    request_for, union, Attachment, Executor, Step,
 };
 use crate::cni::config::ChainEntry;
 use crate::cni::result::{self, CniResult};
@@ -26,7 +24,7 @@ use crate::error::HostError;
 use crate::filter::{Rule, Tag};
 use crate::log;
 use crate::net::IpNet;
-use crate::sandbox::policy::{ConfigGrants, PortGrant, Side, DEFAULT_MASTER_TYPES};
+use crate::sandbox::policy::{ConfigGrants, PortGrant, Side};
 use crate::sandbox::{
     convert, wit, Call, CallError, CreatedLinks, FilterAccess, Ledger, Limits, NetAccess, OnCreated,
 };
@@ -436,16 +434,6 @@ impl<'e> Operation<'e> {
     fn net_access(&self, entry: &ChainEntry, command: Command, config: &str) -> NetAccess {
         let exec = self.exec;
         let att = self.att;
-        let named = |key: &str| config_str(entry, key);
-        let config_named = config_named(entry);
-        // A VM's link on the node, and its owners, only as the config says.
-        let vm = entry.raw.get("vm").and_then(Value::as_object);
-        let id = |key: &str| {
-            vm.and_then(|v| v.get(key))
-                .or_else(|| entry.raw.get(key))
-                .and_then(Value::as_u64)
-                .and_then(|v| u32::try_from(v).ok())
-        };
         NetAccess {
             backend: exec.net.clone(),
             container_path: att
@@ -454,15 +442,7 @@ impl<'e> Operation<'e> {
                 .map(std::path::PathBuf::from),
             ifname: att.ifname.clone(),
             command,
-            config: ConfigGrants {
-                named: config_named,
-                default_master: named("master").is_none()
-                    && DEFAULT_MASTER_TYPES.contains(&entry.plugin_type.as_str()),
-                passthru: named("mode") == Some("passthru"),
-                tap_owner: id("owner"),
-                tap_group: id("group"),
-                vm_node: vm.is_some(),
-            },
+            config: ConfigGrants::from_config(&entry.plugin_type, &entry.raw),
             ledger: self.ledger.clone(),
             on_created: self.on_created.clone(),
             ports: PortGrant::from_config(config),

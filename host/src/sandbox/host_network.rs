@@ -16,7 +16,7 @@ use super::bindings::cni::plugin::network::{
     MacvlanMode as WitMode, NetError as WitError, Qdisc as WitQdisc, RateLimit as WitRateLimit,
     RouteSpec,
 };
-use super::policy::{Basis, ConfigGrants, Grants, PortGrant, Side};
+use super::policy::{describe, Ask, Basis, ConfigGrants, Grants, PortGrant, Side};
 use super::state::Ctx;
 use crate::cni::Command;
 use crate::filter::{Filter, Rule, Tag};
@@ -290,116 +290,6 @@ fn route_to_wit(r: net::Route) -> RouteSpec {
         priority: r.priority,
         table: r.table,
         scope: r.scope,
-    }
-}
-
-/// A policy question asked before acting. Questions about a link carry
-/// the namespace, so that a grant resting on the attachment having created
-/// the link can be checked against the live link.
-enum Ask<'a> {
-    Read,
-    Create(Side, &'a str),
-    CreateTap(Side, &'a str, Option<u32>, Option<u32>),
-    CreateMacvlan(Side, &'a str, MacvlanMode),
-    /// A vlan or ipvlan (the kind).
-    CreateStacked(Side, &'a str, &'static str),
-    Change(Side, NsId, &'a str),
-    /// Use as a bridge master.
-    Enslave(Side, NsId, &'a str),
-    Delete(Side, NsId, &'a str),
-    Address(Side, NsId, &'a str, &'a IpNet, bool),
-    Route(Side, NsId, &'a str, &'a IpNet, Option<u32>, bool),
-    Sysctl(Side, NsId, &'a str, bool),
-    /// Qdiscs and filters on a link.
-    Shape(Side, NsId, &'a str),
-    CreateIfb(Side, &'a str),
-}
-
-/// The call, for a fault report: `create veth0 (node)`.
-fn describe(asks: &[Ask<'_>]) -> String {
-    let side = |s: &Side| s.as_str();
-    let parts: Vec<String> = asks
-        .iter()
-        .map(|a| match a {
-            Ask::Read => "read".to_string(),
-            Ask::Create(s, n)
-            | Ask::CreateTap(s, n, ..)
-            | Ask::CreateMacvlan(s, n, _)
-            | Ask::CreateStacked(s, n, _) => {
-                format!("create {n} ({})", side(s))
-            }
-            Ask::Change(s, _, n) => format!("change {n} ({})", side(s)),
-            Ask::Enslave(s, _, n) => format!("enslave to {n} ({})", side(s)),
-            Ask::Delete(s, _, n) => format!("delete {n} ({})", side(s)),
-            Ask::Address(s, _, n, a, add) => {
-                format!(
-                    "{} address {a} on {n} ({})",
-                    if *add { "add" } else { "del" },
-                    side(s)
-                )
-            }
-            Ask::Route(s, _, n, d, _, add) => {
-                format!(
-                    "{} route {d} dev {n} ({})",
-                    if *add { "add" } else { "del" },
-                    side(s)
-                )
-            }
-            Ask::Sysctl(s, _, k, w) => {
-                format!("{} {k} ({})", if *w { "set" } else { "get" }, side(s))
-            }
-            Ask::Shape(s, _, n) => format!("shape {n} ({})", side(s)),
-            Ask::CreateIfb(s, n) => format!("create ifb {n} ({})", side(s)),
-        })
-        .collect();
-    format!("network {}", parts.join(", "))
-}
-
-impl Ask<'_> {
-    fn verdict(&self, g: &Grants) -> Result<Basis, String> {
-        match *self {
-            Ask::Read => Ok(Basis::Granted),
-            Ask::Create(side, n) => g.create(side, n).map(|()| Basis::Granted),
-            Ask::CreateTap(side, n, owner, group) => {
-                g.create_tap(side, n, owner, group).map(|()| Basis::Granted)
-            }
-            Ask::CreateMacvlan(side, n, mode) => {
-                g.create_macvlan(side, n, mode).map(|()| Basis::Granted)
-            }
-            Ask::CreateStacked(side, n, kind) => {
-                g.create_stacked(side, n, kind).map(|()| Basis::Granted)
-            }
-            Ask::Change(side, _, n) => g.change(side, n),
-            Ask::Enslave(side, _, n) => g.enslave(side, n),
-            Ask::Delete(side, _, n) => g.delete(side, n),
-            Ask::Address(side, _, link, addr, add) => g.address(side, link, addr, add),
-            Ask::Route(side, _, dev, dst, table, add) => g.route(side, dev, dst, table, add),
-            Ask::Sysctl(side, _, key, write) => g.sysctl(side, key, write),
-            Ask::Shape(side, _, n) => g.shape(side, n),
-            Ask::CreateIfb(side, n) => {
-                g.create(side, n)?;
-                match side {
-                    Side::Node => Ok(Basis::Granted),
-                    Side::Container => Err(format!(
-                        "ifb {n:?}: ifbs are made in the node namespace only"
-                    )),
-                }
-            }
-        }
-    }
-
-    /// Where the link a grant rests on lives.
-    fn place(&self) -> Option<(Side, NsId)> {
-        match *self {
-            Ask::Change(side, ns, _)
-            | Ask::Enslave(side, ns, _)
-            | Ask::Delete(side, ns, _)
-            | Ask::Address(side, ns, ..)
-            | Ask::Route(side, ns, ..)
-            | Ask::Sysctl(side, ns, ..)
-            | Ask::Shape(side, ns, _) => Some((side, ns)),
-            _ => None,
-        }
     }
 }
 
@@ -763,24 +653,22 @@ impl HostNetns for Ctx {
         // this attachment's. In the container it is a link like any other:
         // only CNI_IFNAME, and recorded, so that nothing the attachment
         // made there is unaccounted for. Either way, during ADD only.
+        let asks = Ask::ensure_bridge(side, id, &name);
         let out = match side {
-            Side::Node => {
-                let asks = [Ask::Change(side, id, &name), Ask::Create(side, &name)];
-                self.act(&asks, |net, journal| {
-                    let existed = net.link_by_name(id, &name).is_ok();
-                    let bridge = net.ensure_bridge(id, &name, mtu)?;
-                    let undo = match existed {
-                        true => None,
-                        false => journal.change(Undo::Bridge {
-                            name: name.clone(),
-                            id: bridge.id(),
-                        }),
-                    };
-                    Ok((bridge, undo.into_iter().collect()))
-                })?
-            }
+            Side::Node => self.act(&asks, |net, journal| {
+                let existed = net.link_by_name(id, &name).is_ok();
+                let bridge = net.ensure_bridge(id, &name, mtu)?;
+                let undo = match existed {
+                    true => None,
+                    false => journal.change(Undo::Bridge {
+                        name: name.clone(),
+                        id: bridge.id(),
+                    }),
+                };
+                Ok((bridge, undo.into_iter().collect()))
+            })?,
             Side::Container => {
-                let out = self.act(&[Ask::Create(side, &name)], |net, _| {
+                let out = self.act(&asks, |net, _| {
                     Ok((net.ensure_bridge(id, &name, mtu)?, Vec::new()))
                 })?;
                 if let Ok(link) = &out {
@@ -905,10 +793,7 @@ impl HostNetns for Ctx {
     ) -> R<Link> {
         let (side, id) = self.handle(&ns)?;
         let master = settings.master.clone().unwrap_or_default();
-        let mut asks = vec![Ask::Change(side, id, &name)];
-        if !master.is_empty() {
-            asks.push(Ask::Enslave(side, id, &master));
-        }
+        let asks = Ask::set_link(side, id, &name, &master);
         let change = LinkChange {
             up: settings.up,
             mtu: settings.mtu,
@@ -1191,19 +1076,21 @@ impl Ctx {
     ) -> R<Link> {
         let (side, id) = self.handle(&ns)?;
         let (target_side, target_id) = self.handle(&target)?;
-        let named = self
-            .access()
-            .map(|a| a.config.named.contains(master) && side == Side::Node)
-            .unwrap_or(false);
-        let default_ok = !named && side == Side::Node && self.is_default_master(id, master);
-        let mut asks = vec![match kind {
+        let made = match kind {
             Upper::Macvlan(mode) => Ask::CreateMacvlan(target_side, name, mode),
             Upper::Vlan => Ask::CreateStacked(target_side, name, "vlan"),
             Upper::Ipvlan => Ask::CreateStacked(target_side, name, "ipvlan"),
-        }];
-        if !default_ok {
-            asks.push(Ask::Change(side, id, master));
-        }
+        };
+        let asks = match self.access() {
+            Ok(access) => {
+                let grants = self.grants(access);
+                Ask::stacked(made, &grants, side, id, master, || {
+                    self.carries_default_route(id, master)
+                })
+            }
+            // Refused by `act` below, naming why.
+            Err(_) => vec![made],
+        };
         let out = self.act(&asks, |net, _| {
             Ok((create(net, id, target_id)?, Vec::new()))
         })?;
@@ -1213,16 +1100,11 @@ impl Ctx {
         Ok(out.map(link_to_wit))
     }
 
-    /// Whether `master` may be used by default: the plugin's type defaults
-    /// to the default-route link, its config names no master, and `master`
-    /// carries the node's default route.
-    fn is_default_master(&self, node: NsId, master: &str) -> bool {
+    /// Whether `master` carries the node's default route.
+    fn carries_default_route(&self, node: NsId, master: &str) -> bool {
         let Some(access) = &self.net else {
             return false;
         };
-        if !access.config.default_master {
-            return false;
-        }
         let Ok(mut net) = access.backend.lock() else {
             return false;
         };
