@@ -1,7 +1,8 @@
 //! firewall against the SDK's fake host.
 
-use wasm_cni_sdk::fake::{netconf, FakeHost, NETNS_PATH};
+use wasm_cni_sdk::fake::{netconf, FakeHost, NsId, NETNS_PATH};
 use wasm_cni_sdk::filter::{FilterError, Rule};
+use wasm_cni_sdk::net::{LinkSettings, Ops};
 use wasm_cni_sdk::{CniResult, Interface, IpConfig, Plugin};
 
 use crate::Firewall;
@@ -39,11 +40,31 @@ fn conf(extra: &str) -> String {
     netconf("1.1.0", "mynet", "firewall", extra)
 }
 
+/// What the bridge plugin before it in the chain made: `cni0` with the
+/// attachment's veth as a port. The host lets a plugin isolate only a
+/// bridge the attachment's own link is a port of.
+fn bridged(host: &FakeHost) {
+    host.allow_node_link("cni0");
+    let (n, c) = (host.ns(NsId::Node), host.ns(NsId::Container));
+    n.ensure_bridge("cni0", None).unwrap();
+    c.create_veth("eth0", "veth1", &n, None, None).unwrap();
+    let port = LinkSettings {
+        master: Some("cni0".into()),
+        ..LinkSettings::default()
+    };
+    n.set_link("veth1", &port).unwrap();
+}
+
 #[test]
 fn forwarding_for_each_address_and_same_bridge_isolation() {
     let host = FakeHost::new("eth0");
     let c = conf(r#""ingressPolicy":"same-bridge""#);
     let req = host.request_with_prev(&c, &prev());
+    // Another network's bridge is not this attachment's to isolate.
+    let e = Firewall::add(&host, &req).unwrap_err();
+    assert!(e.msg.contains("refused by host policy"), "{}", e.msg);
+    assert!(host.filter_rules().is_empty());
+    bridged(&host);
     assert_eq!(Firewall::add(&host, &req).unwrap(), prev());
     assert_eq!(
         host.filter_rules(),

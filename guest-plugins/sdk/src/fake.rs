@@ -6,16 +6,16 @@
 //! a scripted IPAM delegate, a store, and the host's policy.
 //!
 //! The policy is the host's own (`wasm-cni-model`'s `policy`, what the host
-//! runs): each `Ops` call asks it the questions the host's import asks
-//! before acting, so a plugin the host would refuse fails its unit test the
-//! same way, in the host's words. What it grants comes from where the host
+//! runs): each `Ops` call and each filter call asks it the questions the
+//! host's imports ask before acting, so a plugin the host would refuse fails
+//! its unit test the same way, in the host's words. What it grants comes from where the host
 //! takes it: the config of the last request built with
 //! [`FakeHost::request`] (the links it names — `bridge`, `master`,
 //! `vm.parent`, the bridge plugin's `cni0` — a tap's `owner` and `group`,
 //! passthru, a VM's `vm`, the port mappings), the links created through
-//! `Ops` (the attachment's own), and the networks of the attachment's own
-//! addresses (what the fake's IPAM handed out, or
-//! [`FakeHost::own_network`]). One difference: the fake does not know which
+//! `Ops` (the attachment's own), and the attachment's own addresses (what
+//! the fake's IPAM handed out, a prevResult given to
+//! [`FakeHost::request_with_prev`], or [`FakeHost::own_network`]). One difference: the fake does not know which
 //! verb a plugin function serves, so it grants what ADD may do (the host
 //! refuses node-side changes during DEL, and every change during CHECK).
 //!
@@ -31,7 +31,7 @@ use std::net::IpAddr;
 use std::rc::Rc;
 
 use crate::error::CniError;
-use crate::filter::{FilterError, Rule};
+use crate::filter::{FilterError, Protocol, Rule};
 use crate::host::{Host, Level, StoreEntry, StoreError};
 use crate::ip::{parse_cidr, parse_ip, IpNet, IpNetExt};
 use crate::net::{
@@ -43,8 +43,9 @@ use crate::types::{Attachment, CniResult, IpConfig, Request, Route};
 // The host's own policy (the wasm-cni-model crate the host runs), asked the
 // same questions the host asks before each import acts: the fake has no
 // rules of its own.
-use wasm_cni_model::net::{LinkId, MacvlanMode as HostMode, NsId as HostNs};
-use wasm_cni_model::policy::{Ask, ConfigGrants, Grants, PortGrant, Side};
+use wasm_cni_model::filter::{Proto, Rule as HostRule};
+use wasm_cni_model::net::{self as host_net, LinkId, MacvlanMode as HostMode, NsId as HostNs};
+use wasm_cni_model::policy::{Ask, ConfigGrants, FilterNeed, FilterOp, Grants, PortGrant, Side};
 use wasm_cni_model::Command;
 
 /// The netns path the fake's requests carry.
@@ -605,8 +606,13 @@ impl FakeHost {
         }
     }
 
-    /// [`FakeHost::request`] with `prev` as its prevResult (CHECK).
+    /// [`FakeHost::request`] with `prev` as its prevResult. Its addresses
+    /// become the attachment's own, as the host takes the runtime's
+    /// prevResult at ADD.
     pub fn request_with_prev(&self, config: &str, prev: &CniResult) -> Request {
+        for ip in &prev.ips {
+            self.own_network(&ip.address);
+        }
         let mut req = self.request(config);
         req.prev_result = Some(prev.clone());
         req
@@ -614,13 +620,14 @@ impl FakeHost {
 
     // ------------------------------------------------------------ setup
 
-    /// Declares `cidr`'s network the attachment's own, as the host does
-    /// for the addresses of the runtime's prevResult (an IPAM result the
-    /// fake hands out is the attachment's own already): node-side
-    /// addresses and routes may lie in it.
+    /// Declares `cidr` (an address with its prefix, as a result's `ips`
+    /// carry it) the attachment's own, as the host does for what its IPAM
+    /// hands out and for the runtime's prevResult (both of which the fake
+    /// does already): filter rules may name the address, node-side
+    /// addresses and routes may lie in its network.
     pub fn own_network(&self, cidr: &str) {
         if let Ok(net) = parse_cidr(cidr) {
-            self.world.borrow_mut().own_nets.push(net.trunc());
+            self.world.borrow_mut().own_nets.push(net);
         }
     }
 
@@ -923,8 +930,7 @@ impl Host for FakeHost {
         let nets = result
             .ips
             .iter()
-            .filter_map(|ip| parse_cidr(&ip.address).ok())
-            .map(|n| n.trunc());
+            .filter_map(|ip| parse_cidr(&ip.address).ok());
         w.own_nets.extend(nets);
         Ok(result)
     }
@@ -1039,6 +1045,7 @@ impl Host for FakeHost {
         if let Some(e) = w.filter_error.take() {
             return Err(e);
         }
+        w.ask_filter(rules, FilterOp::Add)?;
         for r in rules {
             if !w.filter_rules.contains(r) {
                 w.filter_rules.push(r.clone());
@@ -1052,6 +1059,7 @@ impl Host for FakeHost {
         if let Some(e) = w.filter_error.take() {
             return Err(e);
         }
+        w.ask_filter(rules, FilterOp::Check)?;
         match rules.iter().find(|r| !w.filter_rules.contains(r)) {
             Some(r) => Err(FilterError::Missing(format!("rule {r}"))),
             None => Ok(()),
@@ -1063,6 +1071,7 @@ impl Host for FakeHost {
         if let Some(e) = w.filter_error.take() {
             return Err(e);
         }
+        w.ask_filter(rules, FilterOp::Remove)?;
         w.filter_rules.retain(|r| !rules.contains(r));
         Ok(())
     }
@@ -1073,6 +1082,52 @@ impl Host for FakeHost {
 }
 
 impl World {
+    /// Asks the host's policy about each rule, as the host's `filter`
+    /// import does, confirming on the fake's links what a grant rests on.
+    fn ask_filter(&self, rules: &[Rule], op: FilterOp) -> Result<(), FilterError> {
+        let parsed = rules.iter().map(host_rule).collect::<Result<Vec<_>, _>>()?;
+        if !self.policy {
+            return Ok(());
+        }
+        let grants = self.grants();
+        for rule in &parsed {
+            let need = grants.filter(rule, op).map_err(FilterError::Refused)?;
+            self.confirm(need).map_err(FilterError::Refused)?;
+        }
+        Ok(())
+    }
+
+    /// What the host confirms on the live links before a filter grant
+    /// holds.
+    fn confirm(&self, need: FilterNeed) -> Result<(), String> {
+        let node = &self.ns[NsId::Node.index()];
+        match need {
+            FilterNeed::Nothing => Ok(()),
+            FilterNeed::Created(name, id) => match node.find(&name).map(|i| &node.links[i].link) {
+                Some(l) if l.index == id.index && l.kind == id.kind => Ok(()),
+                _ => Err(format!(
+                    "link {name:?} this attachment created is gone from the node namespace"
+                )),
+            },
+            FilterNeed::PortOf(bridge) => {
+                let br = node
+                    .find(&bridge)
+                    .map(|i| node.links[i].link.index)
+                    .ok_or_else(|| format!("not found: link {bridge:?}"))?;
+                let port = node.created.iter().any(|c| {
+                    node.find(c)
+                        .is_some_and(|i| node.links[i].link.master == Some(br))
+                });
+                match port {
+                    true => Ok(()),
+                    false => Err(format!(
+                        "{bridge:?} has no port this attachment created: only the attachment's own bridge may be isolated"
+                    )),
+                }
+            }
+        }
+    }
+
     fn store_ok(&self) -> Result<(), StoreError> {
         match &self.store_error {
             Some(e) => Err(e.clone()),
@@ -1210,6 +1265,58 @@ fn route_dev(route: &RouteSpec) -> NetResult<String> {
         .dev
         .clone()
         .ok_or_else(|| NetError::Refused("a route must name its device".into()))
+}
+
+/// A rule in the host's terms, checked as the host's `filter` import checks
+/// it (the same words for what does not parse).
+fn host_rule(r: &Rule) -> Result<HostRule, FilterError> {
+    let ip = |s: &str, what: &str| {
+        s.parse::<IpAddr>()
+            .map_err(|_| FilterError::Invalid(format!("{what}: {s:?} is not an IP address")))
+    };
+    Ok(match r {
+        Rule::Masquerade { source, except } => HostRule::Masquerade {
+            source: ip(source, "masquerade source")?,
+            except: except
+                .iter()
+                .map(|e| {
+                    host_net::parse_cidr(e)
+                        .map_err(|e| FilterError::Invalid(format!("masquerade exception: {e}")))
+                })
+                .collect::<Result<_, _>>()?,
+        },
+        Rule::PortMap {
+            protocol,
+            host_ip,
+            host_port,
+            address,
+            port,
+        } => HostRule::PortMap {
+            proto: match protocol {
+                Protocol::Tcp => Proto::Tcp,
+                Protocol::Udp => Proto::Udp,
+                Protocol::Sctp => Proto::Sctp,
+            },
+            host_ip: host_ip
+                .as_deref()
+                .map(|h| ip(h, "port map host-ip"))
+                .transpose()?,
+            host_port: *host_port,
+            dst: ip(address, "port map address")?,
+            dst_port: *port,
+        },
+        Rule::HairpinMasquerade(a) => HostRule::HairpinMasquerade {
+            dst: ip(a, "hairpin address")?,
+        },
+        Rule::AllowForward(a) => HostRule::AllowForward {
+            addr: ip(a, "forward address")?,
+        },
+        Rule::IsolateBridge(b) => HostRule::IsolateBridge { bridge: b.clone() },
+        Rule::MacSpoofCheck { link, mac } => HostRule::MacSpoofCheck {
+            mac: host_net::parse_mac(mac).map_err(|e| FilterError::Invalid(e.to_string()))?,
+            link: link.clone(),
+        },
+    })
 }
 
 fn check_mtu(mtu: u32) -> NetResult<()> {
@@ -1978,6 +2085,40 @@ mod tests {
         // before whether it was the attachment's.
         assert!(c.delete_link("nothing").unwrap_err().is_not_found());
         assert!(matches!(n.delete_link("ens3"), Err(NetError::Refused(_))));
+
+        // Filter rules: only for the attachment's own addresses, only the
+        // port mappings the runtime asked for, and what does not parse is
+        // invalid before anything is asked.
+        host.request(&netconf(
+            "1.1.0",
+            "n",
+            "portmap",
+            r#""runtimeConfig":{"portMappings":[{"hostPort":8080,"containerPort":80}]}"#,
+        ));
+        host.own_network("10.1.2.5/24");
+        let map = |host_port| Rule::PortMap {
+            protocol: Protocol::Tcp,
+            host_ip: None,
+            host_port,
+            address: "10.1.2.5".into(),
+            port: 80,
+        };
+        host.filter_add(&[map(8080)]).unwrap();
+        let e = host.filter_add(&[map(8081)]).unwrap_err();
+        assert!(matches!(e, FilterError::Refused(_)), "{e:?}");
+        let masq = |source: &str| Rule::Masquerade {
+            source: source.into(),
+            except: Vec::new(),
+        };
+        let e = host.filter_add(&[masq("10.1.2.6")]).unwrap_err();
+        assert!(
+            matches!(&e, FilterError::Refused(why) if why.contains("not an address of this attachment")),
+            "{e:?}"
+        );
+        let e = host.filter_add(&[masq("10.1.2")]).unwrap_err();
+        assert!(matches!(e, FilterError::Invalid(_)), "{e:?}");
+        host.filter_add(&[masq("10.1.2.5")]).unwrap();
+        assert_eq!(host.filter_rules(), [map(8080), masq("10.1.2.5")]);
     }
 
     #[test]
