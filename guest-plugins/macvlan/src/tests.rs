@@ -1,7 +1,7 @@
 //! macvlan logic against the SDK's fake host.
 
 use wasm_cni_sdk::fake::{ipam_result, netconf, suite, with_ipam_type, FakeHost, NsId, NETNS_PATH};
-use wasm_cni_sdk::net::{LinkSettings, MacvlanMode, Ops};
+use wasm_cni_sdk::net::MacvlanMode;
 use wasm_cni_sdk::{CniError, CniResult, Dns, Plugin};
 
 use crate::Macvlan;
@@ -145,18 +145,7 @@ fn failed_add_removes_the_link_and_releases_the_ip() {
 
 #[test]
 fn the_master_is_granted_as_the_host_grants_it() {
-    // The host grants the master the config names, or without one the
-    // node's default-route link (ens3), and no other node link: both ADDs
-    // pass its policy with nothing granted by hand.
-    for extra in [r#""master":"ens9""#, ""] {
-        let host = FakeHost::new("eth0");
-        host.add_link(NODE, "ens9", "device", 1500);
-        add(&host, &conf(extra)).unwrap();
-        assert_eq!(host.link(CONT, "eth0").unwrap().kind, "macvlan");
-        let e = host.ns(NODE).set_link("ens9", &LinkSettings::up());
-        let named = !extra.is_empty();
-        assert_eq!(e.is_ok(), named, "{e:?}");
-    }
+    suite::assert_master_granted_as_the_host_grants::<Macvlan>(conf, "macvlan");
 }
 
 #[test]

@@ -181,18 +181,7 @@ fn failed_add_removes_the_link_and_releases_the_ip() {
 
 #[test]
 fn the_master_is_granted_as_the_host_grants_it() {
-    // The host grants the master the config names, or without one the
-    // node's default-route link (ens3), and no other node link: both ADDs
-    // pass its policy with nothing granted by hand.
-    for extra in [r#""master":"ens9""#, ""] {
-        let host = FakeHost::new("eth0");
-        host.add_link(NODE, "ens9", "device", 1500);
-        add(&host, &conf(extra)).unwrap();
-        assert_eq!(host.link(CONT, "eth0").unwrap().kind, "macvtap");
-        let e = host.ns(NODE).set_link("ens9", &LinkSettings::up());
-        let named = !extra.is_empty();
-        assert_eq!(e.is_ok(), named, "{e:?}");
-    }
+    suite::assert_master_granted_as_the_host_grants::<Macvtap>(conf, "macvtap");
 }
 
 #[test]

@@ -7,7 +7,7 @@
 
 use crate::error::CniError;
 use crate::host::Plugin;
-use crate::net::NetError;
+use crate::net::{LinkSettings, NetError, Ops};
 use crate::types::Request;
 
 use super::{FakeHost, NsId};
@@ -117,4 +117,25 @@ pub fn assert_default_master_needs_a_default_route<P: Plugin>(config: &str) {
     let req = host.request(config);
     P::add(&host, &req).unwrap();
     assert_eq!(host.link(NsId::Container, &req.ifname).unwrap().mtu, 9000);
+}
+
+/// The host grants a stacked link's master as the config names it, or,
+/// without one, the node's default-route link (`ens3`), and no other node
+/// link: both ADDs pass its policy with nothing granted by hand, and only
+/// the named master may then be changed. `conf(extra)` is the plugin's
+/// config with `extra` members; `kind` the link it makes.
+pub fn assert_master_granted_as_the_host_grants<P: Plugin>(
+    conf: impl Fn(&str) -> String,
+    kind: &str,
+) {
+    for extra in [r#""master":"ens9""#, ""] {
+        let host = FakeHost::new("eth0");
+        host.add_link(NsId::Node, "ens9", "device", 1500);
+        let req = host.request(&conf(extra));
+        P::add(&host, &req).unwrap();
+        assert_eq!(host.link(NsId::Container, "eth0").unwrap().kind, kind);
+        let changed = host.ns(NsId::Node).set_link("ens9", &LinkSettings::up());
+        let named = !extra.is_empty();
+        assert_eq!(changed.is_ok(), named, "{changed:?}");
+    }
 }
