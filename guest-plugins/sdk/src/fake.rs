@@ -426,17 +426,23 @@ impl World {
                 })
                 .collect()
         };
-        let mut config = self.config.clone();
-        config.named.extend(self.named.iter().cloned());
         Grants {
             command: Command::Add,
             ifname: self.attachment.ifname.clone(),
-            config,
+            config: self.config_grants(),
             created_node: created(NsId::Node),
             created_container: created(NsId::Container),
             own_nets: self.own_nets.clone(),
             ports: self.ports.clone(),
         }
+    }
+
+    /// What the config of the last request grants, with the links the test
+    /// named by hand.
+    fn config_grants(&self) -> ConfigGrants {
+        let mut config = self.config.clone();
+        config.named.extend(self.named.iter().cloned());
+        config
     }
 
     /// Asks the host's policy each question, as the host does before an
@@ -459,6 +465,21 @@ impl World {
             }
         }
         Ok(())
+    }
+
+    /// The policy's question for adding (`add`) or deleting `route` in
+    /// `id`; its device and destination when it is allowed. The host
+    /// refuses a route that names no device.
+    fn ask_route(&self, id: NsId, route: &RouteSpec, add: bool) -> NetResult<(String, IpNet)> {
+        let dev = route
+            .dev
+            .clone()
+            .ok_or_else(|| NetError::Refused("a route must name its device".into()))?;
+        let dst = parse_cidr(&route.dst)
+            .map_err(|_| NetError::Invalid(format!("invalid route dst {:?}", route.dst)))?;
+        let ask = Ask::Route(id.side(), id.host(), &dev, &dst, route.table, add);
+        self.ask(&[ask])?;
+        Ok((dev, dst))
     }
 
     /// Whether `master` carries the namespace's default route.
@@ -1183,10 +1204,9 @@ impl FakeNs {
                 Some(mode) => Ask::CreateMacvlan(target_id.side(), name, host_mode(mode)),
                 None => Ask::CreateStacked(target_id.side(), name, kind),
             };
-            let grants = w.grants();
             w.ask(&Ask::stacked(
                 made,
-                &grants,
+                &w.config_grants(),
                 id.side(),
                 id.host(),
                 master,
@@ -1257,14 +1277,6 @@ fn check_mac(mac: Option<&str>) -> NetResult<Option<String>> {
         crate::mac::normalize(m).ok_or_else(|| NetError::Invalid(format!("invalid MAC {m:?}")))
     })
     .transpose()
-}
-
-/// A route's device: the host refuses a route that names none.
-fn route_dev(route: &RouteSpec) -> NetResult<String> {
-    route
-        .dev
-        .clone()
-        .ok_or_else(|| NetError::Refused("a route must name its device".into()))
 }
 
 /// A rule in the host's terms, checked as the host's `filter` import checks
@@ -1646,17 +1658,7 @@ impl Ops for FakeNs {
 
     fn add_route(&self, route: &RouteSpec) -> NetResult<()> {
         self.with("add_route", &route.dst, |w, id| {
-            let dev = route_dev(route)?;
-            let dst = parse_cidr(&route.dst)
-                .map_err(|_| NetError::Invalid(format!("invalid route dst {:?}", route.dst)))?;
-            w.ask(&[Ask::Route(
-                id.side(),
-                id.host(),
-                &dev,
-                &dst,
-                route.table,
-                true,
-            )])?;
+            let (dev, dst) = w.ask_route(id, route, true)?;
             w.link_pos(id, &dev)?;
             let gw = route
                 .gw
@@ -1697,17 +1699,7 @@ impl Ops for FakeNs {
 
     fn del_route(&self, route: &RouteSpec) -> NetResult<()> {
         self.with("del_route", &route.dst, |w, id| {
-            let dev = route_dev(route)?;
-            let dst = parse_cidr(&route.dst)
-                .map_err(|_| NetError::Invalid(format!("invalid route dst {:?}", route.dst)))?;
-            w.ask(&[Ask::Route(
-                id.side(),
-                id.host(),
-                &dev,
-                &dst,
-                route.table,
-                false,
-            )])?;
+            let (_, dst) = w.ask_route(id, route, false)?;
             let ns = &mut w.ns[id.index()];
             let pos = ns
                 .routes

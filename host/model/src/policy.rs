@@ -678,15 +678,15 @@ impl Ask<'_> {
     /// then).
     pub fn stacked<'a>(
         create: Ask<'a>,
-        g: &Grants,
+        config: &ConfigGrants,
         side: Side,
         ns: NsId,
         master: &'a str,
         default_route_link: impl FnOnce() -> bool,
     ) -> Vec<Ask<'a>> {
-        let named = g.config.named.contains(master) && side == Side::Node;
+        let named = config.named.contains(master) && side == Side::Node;
         let default_ok =
-            !named && side == Side::Node && g.config.default_master && default_route_link();
+            !named && side == Side::Node && config.default_master && default_route_link();
         let mut asks = vec![create];
         if !default_ok {
             asks.push(Ask::Change(side, ns, master));
@@ -841,21 +841,21 @@ mod tests {
             asks.iter().map(|a| a.verdict(g).is_ok()).collect()
         };
         // A named master: asked, and granted.
-        let asks = Ask::stacked(create, &g, Side::Node, ns, "ens9", || unreachable!());
+        let asks = Ask::stacked(create, &g.config, Side::Node, ns, "ens9", || unreachable!());
         assert_eq!(verdicts(&asks, &g), [true, true]);
         // Another master: asked, and refused, whatever routes it carries
         // (the default is not granted to this config).
-        let asks = Ask::stacked(create, &g, Side::Node, ns, "ens3", || true);
+        let asks = Ask::stacked(create, &g.config, Side::Node, ns, "ens3", || true);
         assert_eq!(verdicts(&asks, &g), [true, false]);
         // Granted the default: the default-route link needs no grant, a
         // link without the default route still does.
         g.config.default_master = true;
-        let asks = Ask::stacked(create, &g, Side::Node, ns, "ens3", || true);
+        let asks = Ask::stacked(create, &g.config, Side::Node, ns, "ens3", || true);
         assert_eq!(verdicts(&asks, &g), [true]);
-        let asks = Ask::stacked(create, &g, Side::Node, ns, "ens3", || false);
+        let asks = Ask::stacked(create, &g.config, Side::Node, ns, "ens3", || false);
         assert_eq!(verdicts(&asks, &g), [true, false]);
         // A master in the container is never the node's default.
-        let asks = Ask::stacked(create, &g, Side::Container, ns, "up0", || true);
+        let asks = Ask::stacked(create, &g.config, Side::Container, ns, "up0", || true);
         assert_eq!(verdicts(&asks, &g), [true, false]);
     }
 

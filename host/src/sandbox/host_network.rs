@@ -1082,12 +1082,9 @@ impl Ctx {
             Upper::Ipvlan => Ask::CreateStacked(target_side, name, "ipvlan"),
         };
         let asks = match self.access() {
-            Ok(access) => {
-                let grants = self.grants(access);
-                Ask::stacked(made, &grants, side, id, master, || {
-                    self.carries_default_route(id, master)
-                })
-            }
+            Ok(access) => Ask::stacked(made, &access.config, side, id, master, || {
+                self.carries_default_route(id, master)
+            }),
             // Refused by `act` below, naming why.
             Err(_) => vec![made],
         };
