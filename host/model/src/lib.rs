@@ -8,7 +8,8 @@
 //! * [`filter`]: packet filtering as semantic rules (the [`filter::Filter`]
 //!   trait), and with feature `memory` its in-memory model.
 //! * [`policy`]: what one plugin call may touch, the one choke point every
-//!   network and filter import passes through.
+//!   network and filter import passes through; [`live`]: what a grant rests
+//!   on, confirmed against the live links.
 //!
 //! The kernel backends stay in the host, which re-exports all of this under
 //! its own module names (`wasm_cni::net`, `wasm_cni::filter`,
@@ -16,6 +17,7 @@
 
 pub mod cidr;
 pub mod filter;
+pub mod live;
 pub mod net;
 pub mod policy;
 

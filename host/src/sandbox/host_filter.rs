@@ -9,6 +9,7 @@ use super::bindings::cni::plugin::filter::{
     FilterError as WitError, Host, Protocol as WitProto, Rule as WitRule,
 };
 use super::host_network::{verify_created, FilterAccess, NetAccess};
+use super::live;
 use super::policy::{FilterNeed, FilterOp, Side};
 use super::state::Ctx;
 use crate::filter::{FilterError, Proto, Rule};
@@ -238,21 +239,12 @@ impl Ctx {
                 Ok(())
             }
             FilterNeed::PortOf(bridge) => {
-                let br = net.link_by_name(node, &bridge).map_err(|e| e.to_string())?;
                 let created = access
                     .ledger
                     .lock()
                     .map(|l| l.created.node.clone())
                     .unwrap_or_default();
-                for (name, id) in &created {
-                    match net.link_by_name(node, name) {
-                        Ok(l) if l.id() == *id && l.master == Some(br.index) => return Ok(()),
-                        _ => continue,
-                    }
-                }
-                Err(format!(
-                    "{bridge:?} has no port this attachment created: only the attachment's own bridge may be isolated"
-                ))
+                live::confirm_port_of(net.as_mut(), node, &bridge, &created)
             }
         }
     }

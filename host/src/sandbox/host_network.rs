@@ -16,6 +16,7 @@ use super::bindings::cni::plugin::network::{
     MacvlanMode as WitMode, NetError as WitError, Qdisc as WitQdisc, RateLimit as WitRateLimit,
     RouteSpec,
 };
+use super::live;
 use super::policy::{describe, Ask, Basis, ConfigGrants, Grants, PortGrant, Side};
 use super::state::Ctx;
 use crate::cni::Command;
@@ -527,10 +528,8 @@ impl Ctx {
     }
 }
 
-/// A grant resting on "the attachment created this link" holds only while
-/// the link of that name is the one it created. A link that is gone, or
-/// was replaced by another of the same name, is forgotten: `NotFound` or
-/// `Invalid` (a refusal).
+/// [`live::verify_created`], forgetting a link that is no longer the
+/// attachment's.
 pub(super) fn verify_created(
     net: &mut dyn Net,
     access: &NetAccess,
@@ -539,27 +538,11 @@ pub(super) fn verify_created(
     name: &str,
     id: &LinkId,
 ) -> Result<(), NetError> {
-    let live = match net.link_by_name(ns, name) {
-        Ok(l) if l.id() == *id => return Ok(()),
-        // As far as this attachment goes, its link is gone: a DEL carries
-        // on (and spares the other link).
-        Ok(l) => Err(NetError::NotFound(format!(
-            "link {name:?} in the {} namespace is no longer the one this attachment created (it was {} #{}, it is {} #{})",
-            side.as_str(),
-            id.kind,
-            id.index,
-            l.kind,
-            l.index
-        ))),
-        Err(NetError::NotFound(_)) => Err(NetError::NotFound(format!(
-            "link {name:?} this attachment created is gone from the {} namespace",
-            side.as_str()
-        ))),
-        // Not knowing is not a grant, but not a reason to forget either.
-        Err(e) => return Err(e),
-    };
-    if let Ok(mut l) = access.ledger.lock() {
-        l.created.side_mut(side).remove(name);
+    let live = live::verify_created(net, side, ns, name, id);
+    if let Err(NetError::NotFound(_)) = &live {
+        if let Ok(mut l) = access.ledger.lock() {
+            l.created.side_mut(side).remove(name);
+        }
     }
     live
 }
@@ -1105,9 +1088,7 @@ impl Ctx {
         let Ok(mut net) = access.backend.lock() else {
             return false;
         };
-        net.routes(node, master, None)
-            .map(|routes| routes.iter().any(|r| r.dst.prefix_len() == 0))
-            .unwrap_or(false)
+        live::carries_default_route(net.as_mut(), node, master)
     }
 
     fn address(

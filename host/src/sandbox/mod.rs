@@ -26,7 +26,7 @@ pub(crate) mod host_network;
 pub use host_network::{
     Change, CreatedLinks, FilterAccess, Holder, Ledger, NetAccess, OnCreated, Undo,
 };
-pub use wasm_cni_model::policy;
+pub use wasm_cni_model::{live, policy};
 mod host_store;
 pub mod limits;
 mod state;

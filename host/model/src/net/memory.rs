@@ -52,8 +52,11 @@
 //!   namespace copies the node's current IPv4 `conf` values; here every
 //!   namespace starts from the kernel defaults.)
 //!
+//! * a bridge whose MAC nobody set takes its lowest port's MAC, and the
+//!   zero MAC once its last port leaves; setting its MAC ends that.
+//!
 //! Not modelled: IPv6 link-local addresses and their routes, DAD, the local
-//! routing table, bridge MAC inheritance, rp_filter semantics, multipath.
+//! routing table, rp_filter semantics, multipath.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -94,8 +97,13 @@ struct MemLink {
     hairpin: bool,
     /// Bridge: MTU set explicitly, so it no longer follows its ports.
     mtu_by_user: bool,
+    /// Bridge: MAC set explicitly (`NET_ADDR_SET`), so it no longer follows
+    /// its ports.
+    mac_by_user: bool,
     owner: Option<u32>,
     group: Option<u32>,
+    /// tap: made multi-queue.
+    multi_queue: bool,
     /// The qdiscs set on it (a link starts with none listed).
     qdiscs: Vec<Qdisc>,
     /// Where its ingress is redirected to (an index of its namespace).
@@ -177,11 +185,28 @@ impl MemoryNet {
         mtu: u32,
         mac: Option<&str>,
     ) -> Result<LinkInfo, NetError> {
+        self.add_link(ns, name, "device", mtu, mac)
+    }
+
+    /// A link of `kind` in `ns`, up, as someone other than the plugin made
+    /// it (test setup): a `bridge` takes ports and keeps its MTU, any other
+    /// kind is a plain link of that name (a `veth` without a peer, a
+    /// `macvlan` without a master).
+    pub fn add_link(
+        &mut self,
+        ns: NsId,
+        name: &str,
+        kind: &str,
+        mtu: u32,
+        mac: Option<&str>,
+    ) -> Result<LinkInfo, NetError> {
         self.name_free(ns, name)?;
         if let Some(m) = mac {
             parse_mac(m)?;
         }
-        let link = self.new_link(name, "device", mtu, mac);
+        let mut link = self.new_link(name, kind, mtu, mac);
+        link.mtu_by_user = true;
+        link.mac_by_user = mac.is_some();
         let i = self.insert(ns, link)?;
         self.set_up((ns, i), true);
         self.info((ns, i))
@@ -260,6 +285,25 @@ impl MemoryNet {
         let n = self.ns_ref(ns)?;
         let l = &n.links[&n.index_of(name)?];
         Ok((l.owner, l.group))
+    }
+
+    /// Whether a tap device was made multi-queue.
+    pub fn tap_multi_queue(&self, ns: NsId, name: &str) -> Result<bool, NetError> {
+        let n = self.ns_ref(ns)?;
+        Ok(n.links[&n.index_of(name)?].multi_queue)
+    }
+
+    /// Every route of `ns`, each table, in the order they were added, with
+    /// its device named.
+    pub fn all_routes(&self, ns: NsId) -> Result<Vec<Route>, NetError> {
+        let n = self.ns_ref(ns)?;
+        Ok(n.routes
+            .iter()
+            .map(|r| Route {
+                dev: n.links.get(&r.oif).map(|l| l.info.name.clone()),
+                ..r.route.clone()
+            })
+            .collect())
     }
 
     fn ns_ref(&self, id: NsId) -> Result<&MemNs, NetError> {
@@ -401,8 +445,10 @@ impl MemoryNet {
             lower: None,
             hairpin: false,
             mtu_by_user: false,
+            mac_by_user: false,
             owner: None,
             group: None,
+            multi_queue: false,
             qdiscs: Vec::new(),
             redirect: None,
         }
@@ -426,7 +472,7 @@ impl MemoryNet {
             }
         }
         if let Some(master) = link.info.master {
-            self.bridge_mtu_follow((at.0, master));
+            self.bridge_follow((at.0, master));
         }
         if let Some(peer) = link.peer {
             self.remove(peer);
@@ -446,6 +492,36 @@ impl MemoryNet {
             .iter()
             .enumerate()
             .flat_map(|(i, n)| n.links.values().map(move |l| (NsId(i as u32), l)))
+    }
+
+    /// A bridge follows its ports: their MTU and their MAC.
+    fn bridge_follow(&mut self, br: (NsId, u32)) {
+        self.bridge_mtu_follow(br);
+        self.bridge_mac_follow(br);
+    }
+
+    /// A bridge whose MAC nobody set takes its lowest port's, and the zero
+    /// MAC once its last port leaves (a new bridge keeps its random one
+    /// until its first port), as the kernel's
+    /// `br_stp_recalculate_bridge_id`.
+    fn bridge_mac_follow(&mut self, br: (NsId, u32)) {
+        let n = &self.nss[slot(br.0)];
+        let Some(bridge) = n.links.get(&br.1) else {
+            return;
+        };
+        if bridge.info.kind != "bridge" || bridge.mac_by_user {
+            return;
+        }
+        let mac = n
+            .links
+            .values()
+            .filter(|l| l.info.master == Some(br.1))
+            .map(|l| l.info.mac.clone())
+            .min()
+            .unwrap_or_else(|| format_mac(&[0; 6]));
+        if let Some(b) = self.link_mut(br) {
+            b.info.mac = mac;
+        }
     }
 
     /// A bridge whose MTU nobody set takes its smallest port's (1500 without
@@ -691,8 +767,10 @@ impl MemNs {
                 lower: None,
                 hairpin: false,
                 mtu_by_user: false,
+                mac_by_user: false,
                 owner: None,
                 group: None,
+                multi_queue: false,
                 qdiscs: Vec::new(),
                 redirect: None,
             },
@@ -1023,7 +1101,7 @@ impl Net for MemoryNet {
         name: &str,
         mtu: Option<u32>,
         mac: Option<&str>,
-        _multi_queue: bool,
+        multi_queue: bool,
         owner: Option<u32>,
         group: Option<u32>,
     ) -> Result<LinkInfo, NetError> {
@@ -1039,6 +1117,7 @@ impl Net for MemoryNet {
         let mut link = self.new_link(name, "tun", mtu.unwrap_or(1500), mac);
         link.owner = owner;
         link.group = group;
+        link.multi_queue = multi_queue;
         let i = self.insert(ns, link)?;
         self.info((ns, i))
     }
@@ -1143,6 +1222,9 @@ impl Net for MemoryNet {
         if let Some(l) = self.link_mut(at) {
             if let Some(m) = &change.mac {
                 l.info.mac = m.to_ascii_lowercase();
+                if l.info.kind == "bridge" {
+                    l.mac_by_user = true;
+                }
             }
             if let Some(p) = change.promisc {
                 l.info.promisc = p;
@@ -1167,7 +1249,7 @@ impl Net for MemoryNet {
             self.set_up(at, up);
         }
         for m in [old_master, self.info(at)?.master].into_iter().flatten() {
-            self.bridge_mtu_follow((ns, m));
+            self.bridge_follow((ns, m));
         }
         self.info(at)
     }

@@ -81,6 +81,7 @@ both_backends!(
     delete_link_removes_peer,
     bridge_create_reuse_not_a_bridge,
     bridge_ports_and_mtu,
+    bridge_mac_follows_its_ports,
     enslave_errors,
     bridge_carrier,
     macvlan_each_mode_in_target,
@@ -427,6 +428,39 @@ pub fn bridge_ports_and_mtu(net: &mut dyn Net, a: NsId, b: NsId) {
     // Deleting the bridge releases its ports.
     net.delete_link(a, "wbr0").unwrap();
     assert_eq!(net.link_by_name(a, "wv0").unwrap().master, None);
+}
+
+/// A bridge takes its lowest port's MAC (the zero MAC once the last port
+/// leaves) until its own MAC is set, as the bridge plugin's `isGateway`
+/// relies on.
+pub fn bridge_mac_follows_its_ports(net: &mut dyn Net, a: NsId, b: NsId) {
+    net.ensure_bridge(a, "wbr0", None).unwrap();
+    let mac = |net: &mut dyn Net, name: &str| net.link_by_name(a, name).unwrap().mac;
+    let to = |m: &str| LinkChange {
+        master: Some(m.into()),
+        ..LinkChange::default()
+    };
+    net.create_veth(a, "wv0", "wv1", b, None, Some("02:00:00:00:00:05"))
+        .unwrap();
+    net.create_veth(a, "wv2", "wv3", b, None, Some("02:00:00:00:00:03"))
+        .unwrap();
+    net.set_link(a, "wv0", &to("wbr0")).unwrap();
+    assert_eq!(mac(net, "wbr0"), "02:00:00:00:00:05");
+    net.set_link(a, "wv2", &to("wbr0")).unwrap();
+    assert_eq!(mac(net, "wbr0"), "02:00:00:00:00:03", "the lowest port's");
+    net.set_link(a, "wv2", &to("")).unwrap();
+    assert_eq!(mac(net, "wbr0"), "02:00:00:00:00:05");
+    net.delete_link(a, "wv0").unwrap();
+    assert_eq!(mac(net, "wbr0"), "00:00:00:00:00:00", "no ports");
+
+    let set = LinkChange {
+        mac: Some("02:00:00:00:00:07".into()),
+        ..LinkChange::default()
+    };
+    net.set_link(a, "wbr0", &set).unwrap();
+    net.set_link(a, "wv2", &to("wbr0")).unwrap();
+    assert_eq!(mac(net, "wbr0"), "02:00:00:00:00:07", "a MAC set sticks");
+    net.delete_link(a, "wbr0").unwrap();
 }
 
 pub fn enslave_errors(net: &mut dyn Net, a: NsId, b: NsId) {

@@ -1,0 +1,70 @@
+//! What a grant rests on, confirmed against the live links: the policy
+//! ([`crate::policy`]) decides from names and the attachment's ledger; these
+//! checks ask the kernel (any [`Net`]) whether the link a grant names is
+//! still the one the ledger recorded. The host's imports and the SDK's fake
+//! host both run them, so the two agree on when a grant has lapsed.
+
+use std::collections::BTreeMap;
+
+use crate::net::{LinkId, Net, NetError, NsId};
+use crate::policy::Side;
+
+/// A grant resting on "the attachment created this link" holds only while
+/// the link of that name is the one it created. A link that is gone, or was
+/// replaced by another of the same name, is `NotFound` for this attachment:
+/// the caller forgets it (a DEL carries on and spares the other link). Any
+/// other error is the backend's, passed on: not knowing is not a grant, but
+/// not a reason to forget either.
+pub fn verify_created(
+    net: &mut dyn Net,
+    side: Side,
+    ns: NsId,
+    name: &str,
+    id: &LinkId,
+) -> Result<(), NetError> {
+    match net.link_by_name(ns, name) {
+        Ok(l) if l.id() == *id => Ok(()),
+        Ok(l) => Err(NetError::NotFound(format!(
+            "link {name:?} in the {} namespace is no longer the one this attachment created (it was {} #{}, it is {} #{})",
+            side.as_str(),
+            id.kind,
+            id.index,
+            l.kind,
+            l.index
+        ))),
+        Err(NetError::NotFound(_)) => Err(NetError::NotFound(format!(
+            "link {name:?} this attachment created is gone from the {} namespace",
+            side.as_str()
+        ))),
+        Err(e) => Err(e),
+    }
+}
+
+/// Bridge isolation's grant ([`crate::policy::FilterNeed::PortOf`]): some
+/// node link the attachment created, still the one it created, is a port of
+/// `bridge`.
+pub fn confirm_port_of(
+    net: &mut dyn Net,
+    node: NsId,
+    bridge: &str,
+    created: &BTreeMap<String, LinkId>,
+) -> Result<(), String> {
+    let br = net.link_by_name(node, bridge).map_err(|e| e.to_string())?;
+    let port = created.iter().any(|(name, id)| {
+        net.link_by_name(node, name)
+            .is_ok_and(|l| l.id() == *id && l.master == Some(br.index))
+    });
+    match port {
+        true => Ok(()),
+        false => Err(format!(
+            "{bridge:?} has no port this attachment created: only the attachment's own bridge may be isolated"
+        )),
+    }
+}
+
+/// Whether `master` carries the default route of namespace `ns` (the
+/// stacked-link rule's question, [`crate::policy::Ask::stacked`]).
+pub fn carries_default_route(net: &mut dyn Net, ns: NsId, master: &str) -> bool {
+    net.routes(ns, master, None)
+        .is_ok_and(|routes| routes.iter().any(|r| r.dst.prefix_len() == 0))
+}
