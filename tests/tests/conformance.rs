@@ -611,6 +611,49 @@ fn del_is_idempotent_and_survives_a_deleted_namespace() {
     assert!(left.trim().is_empty(), "{left}");
 }
 
+/// A node bridge whose ports all left before a gateway ADD pinned its MAC
+/// has the zero MAC (the kernel's; one rolled-back gateway ADD is enough to
+/// get there). The reference bridge then fails every gateway ADD on the
+/// node ("could not set bridge's mac"); ours pins the MAC the bridge takes
+/// from the new port.
+#[test]
+fn a_gateway_add_on_a_bridge_left_with_the_zero_mac_succeeds() {
+    if !is_root("a_gateway_add_on_a_bridge_left_with_the_zero_mac_succeeds") {
+        return;
+    }
+    let (_sb, pod, conf) = bridge_pod("zmac");
+    let node = &pod.node;
+    node.exec(&["ip", "link", "add", "cbr0", "type", "bridge"]);
+    node.exec(&["ip", "link", "add", "zp0", "type", "veth", "peer", "zp1"]);
+    node.exec(&["ip", "link", "set", "zp0", "master", "cbr0"]);
+    node.exec(&["ip", "link", "del", "zp0"]);
+    let mac = || {
+        let out = node.exec(&["cat", "/sys/class/net/cbr0/address"]);
+        out.trim().to_string()
+    };
+    assert_eq!(mac(), "00:00:00:00:00:00", "the kernel's portless bridge");
+    if reference_available() {
+        let mut plain = conf["chain"][0].clone();
+        plain["name"] = json!("traffic");
+        plain["cniVersion"] = json!("1.0.0");
+        let out = reference(&pod, "ADD", "zref", &plain);
+        assert!(
+            out.error_msg().contains("could not set bridge's mac"),
+            "the reference copes now: {out:?}"
+        );
+        // It leaves its port and the gateway address behind; once they
+        // go, the bridge is back where it was.
+        reference(&pod, "DEL", "zref", &plain);
+        node.exec(&["ip", "addr", "flush", "dev", "cbr0"]);
+        assert_eq!(mac(), "00:00:00:00:00:00", "{out:?}");
+    }
+    pod.run(Invocation::new("ADD"), &conf).assert_ok();
+    let pinned = mac();
+    assert_ne!(pinned, "00:00:00:00:00:00");
+    pod.run(Invocation::new("DEL"), &conf).assert_ok();
+    assert_eq!(mac(), pinned, "the MAC stays pinned after the port leaves");
+}
+
 #[test]
 fn check_fails_after_an_address_is_removed_by_hand() {
     if !is_root("check_fails_after_an_address_is_removed_by_hand") {

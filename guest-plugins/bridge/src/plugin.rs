@@ -491,8 +491,9 @@ fn calc_gateways(result: &mut CniResult, conf: &Conf, index: u32) -> Result<Vec<
 /// The reference `ensureAddr`: put `gw` on the bridge; an existing
 /// different IPv4 address (or an overlapping IPv6 one) is an error unless
 /// `forceAddress`, which replaces it. Then pin the bridge MAC to `mac`, the
-/// one it had before any port was added: a bridge whose MAC was never set
-/// follows its lowest port MAC.
+/// one it had before any port was added (or, when that was the zero MAC,
+/// the one it has now): a bridge whose MAC was never set follows its
+/// lowest port MAC.
 fn ensure_addr<N: Ops>(
     node: &N,
     bridge: &str,
@@ -531,10 +532,27 @@ fn ensure_addr<N: Ops>(
             return Err(e.into_cni(format_args!("could not add IP address {gw} to {bridge:?}")))
         }
     }
+    // A bridge whose ports all left before its MAC was pinned has the zero
+    // MAC (the kernel's `br_stp_recalculate_bridge_id`), which cannot be
+    // set: pin the one it took from the port just added instead. (The
+    // reference fails here, and so would every later gateway ADD on the
+    // node: one rolled-back ADD is enough to get there.)
+    let zero = |m: &str| m.split(':').all(|b| b == "00");
+    let mac = match zero(mac) {
+        true => {
+            node.link_by_name(bridge)
+                .map_err(|e| e.into_cni(format_args!("failed to lookup {bridge:?}")))?
+                .mac
+        }
+        false => mac.to_string(),
+    };
+    if zero(&mac) {
+        return Ok(());
+    }
     node.set_link(
         bridge,
         &LinkSettings {
-            mac: Some(mac.to_string()),
+            mac: Some(mac),
             ..LinkSettings::default()
         },
     )
