@@ -285,6 +285,31 @@ fn gateway_bridge_keeps_its_own_stable_mac() {
     assert_eq!(r.interfaces[0].mac, r.interfaces[1].mac);
 }
 
+/// A node bridge whose ports all left before a gateway ADD pinned its MAC
+/// has the zero MAC, as the kernel leaves it (a rolled-back ADD gets there
+/// too). The next gateway ADD pins the MAC the bridge takes from its new
+/// port instead of failing to set the zero one, and the bridge keeps it
+/// after DEL.
+#[test]
+fn gateway_bridge_with_the_zero_mac_pins_the_one_it_takes() {
+    let host = host_v4();
+    host.add_link(NODE, "cni0", "bridge", 1500);
+    let first = add(&host, &l3("")).unwrap();
+    Bridge::del(&host, &host.request(&l3(""))).unwrap();
+    assert_eq!(
+        host.link(NODE, "cni0").unwrap().mac,
+        "00:00:00:00:00:00",
+        "the kernel's bridge with no ports: {first:?}"
+    );
+    let req = host.request(&l3(r#""isGateway":true"#));
+    let r = Bridge::add(&host, &req).unwrap();
+    let mac = host.link(NODE, "cni0").unwrap().mac;
+    assert_ne!(mac, "00:00:00:00:00:00");
+    assert_eq!(r.interfaces[0].mac.as_deref(), Some(mac.as_str()));
+    Bridge::del(&host, &req).unwrap();
+    assert_eq!(host.link(NODE, "cni0").unwrap().mac, mac, "pinned");
+}
+
 #[test]
 fn dual_stack_default_gateway_adds_default_routes() {
     let host = FakeHost::new("eth0");

@@ -1,21 +1,30 @@
 //! An in-memory [`Host`] for native unit tests: two namespaces (node and
-//! container) with links, addresses, routes and sysctls that behave like the
-//! kernel where plugins can tell the difference (veth peers die together,
-//! addresses add their connected route, a gateway must be reachable, a
-//! duplicate address or route is `Exists`, an unknown sysctl is `NotFound`),
-//! a scripted IPAM delegate, a store, and the host's policy.
+//! container) in the host's own kernel model (`wasm-cni-model`'s
+//! `MemoryNet`, the one the host's `plugin test` and its own tests run
+//! against, checked against the kernel by one suite), a scripted IPAM
+//! delegate, a store, filter rules, and the host's policy.
+//!
+//! The kernel model is the host's: veth peers die together, an address
+//! gets its subnet route when its link is up, a route needs its link up
+//! and its gateway reachable, a duplicate address or route is `Exists`, an
+//! unknown sysctl is `NotFound`, errors carry the kernel's (positive)
+//! errno. The fake adds only what a unit test needs around it: a
+//! container namespace the runtime can delete, failure injection
+//! ([`FakeHost::fail_next`]), and setup that bypasses the policy.
 //!
 //! The policy is the host's own (`wasm-cni-model`'s `policy`, what the host
 //! runs): each `Ops` call and each filter call asks it the questions the
-//! host's imports ask before acting, so a plugin the host would refuse fails
-//! its unit test the same way, in the host's words. What it grants comes from where the host
-//! takes it: the config of the last request built with
-//! [`FakeHost::request`] (the links it names — `bridge`, `master`,
-//! `vm.parent`, the bridge plugin's `cni0` — a tap's `owner` and `group`,
-//! passthru, a VM's `vm`, the port mappings), the links created through
-//! `Ops` (the attachment's own), and the attachment's own addresses (what
-//! the fake's IPAM handed out, a prevResult given to
-//! [`FakeHost::request_with_prev`], or [`FakeHost::own_network`]). One difference: the fake does not know which
+//! host's imports ask before acting, and confirms what a grant rests on
+//! against the live links as the host does (`wasm-cni-model`'s `live`), so
+//! a plugin the host would refuse fails its unit test the same way, in the
+//! host's words. What it grants comes from where the host takes it: the
+//! config of the last request built with [`FakeHost::request`] (the links
+//! it names — `bridge`, `master`, `vm.parent`, the bridge plugin's `cni0` —
+//! a tap's `owner` and `group`, passthru, a VM's `vm`, the port mappings),
+//! the links created through `Ops` (the attachment's own, by name and
+//! identity), and the attachment's own addresses (what the fake's IPAM
+//! handed out, a prevResult given to [`FakeHost::request_with_prev`], or
+//! [`FakeHost::own_network`]). One difference: the fake does not know which
 //! verb a plugin function serves, so it grants what ADD may do (the host
 //! refuses node-side changes during DEL, and every change during CHECK).
 //!
@@ -28,24 +37,30 @@ pub mod suite;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::path::Path;
 use std::rc::Rc;
 
 use crate::error::CniError;
 use crate::filter::{FilterError, Protocol, Rule};
 use crate::host::{Host, Level, StoreEntry, StoreError};
-use crate::ip::{parse_cidr, parse_ip, IpNet, IpNetExt};
 use crate::net::{
-    scope, IpvlanMode, Link, LinkSettings, MacvlanMode, NetError, NetResult, Ops, Qdisc, RateLimit,
+    IpvlanMode, Link, LinkSettings, MacvlanMode, NetError, NetResult, Ops, Qdisc, RateLimit,
     RouteSpec, MAIN_TABLE,
 };
 use crate::types::{Attachment, CniResult, IpConfig, Request, Route};
 
-// The host's own policy (the wasm-cni-model crate the host runs), asked the
-// same questions the host asks before each import acts: the fake has no
-// rules of its own.
+// The host's own kernel model and policy (the wasm-cni-model crate the host
+// runs), asked the same questions the host asks before each import acts:
+// the fake has neither rules nor a kernel of its own.
 use wasm_cni_model::filter::{Proto, Rule as HostRule};
-use wasm_cni_model::net::{self as host_net, LinkId, MacvlanMode as HostMode, NsId as HostNs};
-use wasm_cni_model::policy::{Ask, ConfigGrants, FilterNeed, FilterOp, Grants, PortGrant, Side};
+use wasm_cni_model::live;
+use wasm_cni_model::net::{
+    self as host_net, IpvlanMode as HostIpvlan, LinkChange, LinkId, LinkInfo,
+    MacvlanMode as HostMode, MemoryNet, Net, NsId as HostNs,
+};
+use wasm_cni_model::policy::{
+    Ask, Basis, ConfigGrants, FilterNeed, FilterOp, Grants, PortGrant, Side,
+};
 use wasm_cni_model::Command;
 
 /// The netns path the fake's requests carry.
@@ -113,7 +128,8 @@ impl NsId {
         }
     }
 
-    /// The handle the policy's questions carry.
+    /// Its handle in the kernel model: the node is the model's current
+    /// namespace, the container the first one added.
     fn host(self) -> HostNs {
         HostNs(self.index() as u32)
     }
@@ -135,22 +151,86 @@ fn host_mode(mode: MacvlanMode) -> HostMode {
     }
 }
 
-#[derive(Clone, Debug)]
-struct FakeLink {
-    link: Link,
-    addresses: Vec<IpNet>,
-    hairpin: bool,
-    /// For a bridge: its MAC was set explicitly, so it no longer follows
-    /// its lowest port MAC (the kernel's `NET_ADDR_SET`).
-    mac_set: bool,
-    /// For a veth: the namespace and index of the peer.
-    peer: Option<(NsId, u32)>,
-    /// For a tap: how it was created.
-    tap: Option<TapInfo>,
-    /// The root tbf's limit, if one is set.
-    rate_limit: Option<RateLimit>,
-    /// Where its ingress is redirected, if it is.
-    redirect: Option<String>,
+fn host_ipvlan(mode: IpvlanMode) -> HostIpvlan {
+    match mode {
+        IpvlanMode::L2 => HostIpvlan::L2,
+        IpvlanMode::L3 => HostIpvlan::L3,
+        IpvlanMode::L3s => HostIpvlan::L3s,
+    }
+}
+
+/// The model's link as the `network` import reports it.
+fn link_of(l: LinkInfo) -> Link {
+    Link {
+        index: l.index,
+        name: l.name,
+        kind: l.kind,
+        mac: l.mac,
+        mtu: l.mtu,
+        up: l.up,
+        oper_up: l.oper_up,
+        master: l.master,
+        peer_index: l.peer_index,
+        promisc: l.promisc,
+        allmulti: l.allmulti,
+        txqlen: l.txqlen,
+        macvlan_mode: l.macvlan_mode.map(|m| match m {
+            HostMode::Bridge => MacvlanMode::Bridge,
+            HostMode::Private => MacvlanMode::Private,
+            HostMode::Vepa => MacvlanMode::Vepa,
+            HostMode::Passthru => MacvlanMode::Passthru,
+        }),
+        vlan_id: l.vlan_id,
+        ipvlan_mode: l.ipvlan_mode.map(|m| match m {
+            HostIpvlan::L2 => IpvlanMode::L2,
+            HostIpvlan::L3 => IpvlanMode::L3,
+            HostIpvlan::L3s => IpvlanMode::L3s,
+        }),
+    }
+}
+
+/// The model's error as the `network` import reports it.
+fn err(e: host_net::NetError) -> NetError {
+    match e {
+        host_net::NetError::Exists(m) => NetError::Exists(m),
+        host_net::NetError::NotFound(m) => NetError::NotFound(m),
+        host_net::NetError::Invalid(m) => NetError::Invalid(m),
+        host_net::NetError::Kernel { errno, msg } => NetError::Kernel(errno, msg),
+    }
+}
+
+/// A route as the host's `network` import reads it (the same words for
+/// what does not parse).
+fn host_route(r: &RouteSpec) -> NetResult<host_net::Route> {
+    let ip = |s: &str, what: &str| {
+        s.parse::<IpAddr>()
+            .map_err(|_| NetError::Invalid(format!("{what}: {s:?} is not an IP address")))
+    };
+    Ok(host_net::Route {
+        dst: host_net::parse_cidr(&r.dst).map_err(err)?,
+        gw: r.gw.as_deref().map(|g| ip(g, "gw")).transpose()?,
+        dev: r.dev.clone(),
+        src: r.src.as_deref().map(|s| ip(s, "src")).transpose()?,
+        mtu: r.mtu,
+        advmss: r.advmss,
+        priority: r.priority,
+        table: r.table,
+        scope: r.scope,
+    })
+}
+
+fn route_of(r: host_net::Route) -> RouteSpec {
+    RouteSpec {
+        dst: r.dst.to_string(),
+        gw: r.gw.map(|g| g.to_string()),
+        dev: r.dev,
+        src: r.src.map(|s| s.to_string()),
+        mtu: r.mtu,
+        advmss: r.advmss,
+        priority: r.priority,
+        table: r.table,
+        scope: r.scope,
+    }
 }
 
 /// How a tap device was created (what `Link` does not report).
@@ -161,37 +241,34 @@ pub struct TapInfo {
     pub group: Option<u32>,
 }
 
-#[derive(Clone, Debug, Default)]
-struct NsState {
-    alive: bool,
-    links: Vec<FakeLink>,
-    /// Normalized: `dev` and `table` always set, `dst` a network.
-    routes: Vec<RouteSpec>,
-    sysctls: BTreeMap<String, String>,
-    /// Links created through `Ops` (the attachment's own).
-    created: Vec<String>,
-}
-
-impl NsState {
-    fn find(&self, name: &str) -> Option<usize> {
-        self.links.iter().position(|l| l.link.name == name)
-    }
-
-    fn find_index(&self, index: u32) -> Option<usize> {
-        self.links.iter().position(|l| l.link.index == index)
-    }
-}
-
 struct Failure {
     op: String,
     arg: String,
     error: NetError,
 }
 
+/// Sysctls the fake's namespaces hold beyond the model's defaults, as a
+/// node has them (`kernel.hostname` to show a key outside `net.` is
+/// refused even for reading).
+const EXTRA_SYSCTLS: &[(&str, &str)] = &[
+    ("net.core.somaxconn", "4096"),
+    ("kernel.hostname", "fake"),
+    ("net.ipv4.conf.all.log_martians", "0"),
+    ("net.ipv4.conf.default.log_martians", "0"),
+    ("net.ipv6.conf.default.enhanced_dad", "1"),
+    ("net.ipv6.conf.default.keep_addr_on_down", "0"),
+    ("net.ipv6.conf.default.ndisc_notify", "0"),
+];
+
 struct World {
-    ns: [NsState; 2],
-    next_index: u32,
-    next_mac: u32,
+    /// The kernel: the node is its current namespace, the container one
+    /// added at [`NETNS_PATH`].
+    net: MemoryNet,
+    /// The runtime has not deleted the container namespace.
+    container_alive: bool,
+    /// Links created through `Ops` (the attachment's own), per side, by
+    /// name and identity, as the host's ledger records them.
+    created: [BTreeMap<String, LinkId>; 2],
     attachment: Attachment,
     /// What the config of the last request built grants, as the host
     /// derives it.
@@ -203,7 +280,7 @@ struct World {
     policy: bool,
     /// Networks of the attachment's own addresses: what its IPAM handed
     /// out (as the host learns them), and what the test declares.
-    own_nets: Vec<IpNet>,
+    own_nets: Vec<host_net::IpNet>,
     ipam_result: Option<CniResult>,
     ipam_errors: BTreeMap<String, CniError>,
     ipam_calls: Vec<String>,
@@ -220,41 +297,59 @@ struct World {
     filter_error: Option<FilterError>,
 }
 
-const IPV4_LEAVES: &[(&str, &str)] = &[
-    ("arp_notify", "0"),
-    ("forwarding", "0"),
-    ("rp_filter", "0"),
-    ("log_martians", "0"),
-    ("route_localnet", "0"),
-];
-const IPV6_LEAVES: &[(&str, &str)] = &[
-    ("disable_ipv6", "0"),
-    ("accept_dad", "1"),
-    ("enhanced_dad", "1"),
-    ("keep_addr_on_down", "0"),
-    ("accept_ra", "1"),
-    ("ndisc_notify", "0"),
-    ("forwarding", "0"),
-];
-
-fn per_link_keys(name: &str) -> Vec<(String, &'static str)> {
-    let name = name.replace('.', "/");
-    let mut keys = Vec::new();
-    for (leaf, v) in IPV4_LEAVES {
-        keys.push((format!("net.ipv4.conf.{name}.{leaf}"), *v));
+/// Setup the model refused: a test's own mistake, so it fails loudly.
+#[allow(clippy::panic)]
+fn setup<T>(what: &str, r: Result<T, host_net::NetError>) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => panic!("fake host setup: {what}: {e}"),
     }
-    for (leaf, v) in IPV6_LEAVES {
-        keys.push((format!("net.ipv6.conf.{name}.{leaf}"), *v));
-    }
-    keys
 }
 
 impl World {
     fn new(ifname: &str) -> Self {
-        let mut world = Self {
-            ns: [NsState::default(), NsState::default()],
-            next_index: 1,
-            next_mac: 1,
+        let mut net = MemoryNet::new();
+        let container = net.add_namespace(NETNS_PATH);
+        debug_assert_eq!(container, NsId::Container.host());
+        let (node, cont) = (NsId::Node.host(), NsId::Container.host());
+        for ns in [node, cont] {
+            for (k, v) in EXTRA_SYSCTLS {
+                setup("sysctl", net.define_sysctl(ns, k, v));
+            }
+            // `lo` predates the per-link defaults defined above.
+            for (k, v) in EXTRA_SYSCTLS {
+                if let Some(leaf) = k.strip_prefix("net.ipv6.conf.default.") {
+                    setup(
+                        "sysctl",
+                        net.define_sysctl(ns, &format!("net.ipv6.conf.lo.{leaf}"), v),
+                    );
+                }
+                if let Some(leaf) = k.strip_prefix("net.ipv4.conf.default.") {
+                    setup(
+                        "sysctl",
+                        net.define_sysctl(ns, &format!("net.ipv4.conf.lo.{leaf}"), v),
+                    );
+                }
+            }
+        }
+        let up = LinkChange {
+            up: Some(true),
+            ..LinkChange::default()
+        };
+        setup("lo up", net.set_link(node, "lo", &up));
+        setup("ens3", net.add_device(node, "ens3", 1500, None));
+        let addr = setup("address", host_net::parse_cidr("192.168.1.10/24"));
+        setup("address", net.add_address(node, "ens3", &addr));
+        let default = host_net::Route {
+            gw: Some(IpAddr::from([192, 168, 1, 1])),
+            dev: Some("ens3".into()),
+            ..host_net::Route::to(setup("route", host_net::parse_cidr("0.0.0.0/0")))
+        };
+        setup("default route", net.add_route(node, &default));
+        Self {
+            net,
+            container_alive: true,
+            created: [BTreeMap::new(), BTreeMap::new()],
             attachment: Attachment {
                 container_id: "ctr1".into(),
                 ifname: ifname.into(),
@@ -276,116 +371,7 @@ impl World {
             failures: Vec::new(),
             filter_rules: Vec::new(),
             filter_error: None,
-        };
-        for id in [NsId::Node, NsId::Container] {
-            let ns = &mut world.ns[id.index()];
-            ns.alive = true;
-            for (k, v) in [
-                ("net.ipv4.ip_forward", "0"),
-                ("net.ipv6.conf.all.forwarding", "0"),
-                ("net.ipv6.conf.all.disable_ipv6", "0"),
-                ("net.ipv6.conf.default.disable_ipv6", "0"),
-                ("net.ipv4.conf.all.log_martians", "0"),
-                ("net.ipv4.conf.all.arp_notify", "0"),
-                ("net.core.somaxconn", "4096"),
-                ("kernel.hostname", "fake"),
-            ] {
-                ns.sysctls.insert(k.into(), v.into());
-            }
         }
-        world.new_link(NsId::Node, "lo", "loopback", 65536, true);
-        world.new_link(NsId::Container, "lo", "loopback", 65536, false);
-        for id in [NsId::Node, NsId::Container] {
-            for a in ["127.0.0.1/8", "::1/128"] {
-                if let (Some(i), Ok(net)) = (world.ns[id.index()].find("lo"), parse_cidr(a)) {
-                    world.ns[id.index()].links[i].addresses.push(net);
-                }
-            }
-        }
-        world.new_link(NsId::Node, "ens3", "device", 1500, true);
-        world.raw_address(NsId::Node, "ens3", "192.168.1.10/24");
-        world.ns[0].routes.push(RouteSpec {
-            dst: "0.0.0.0/0".into(),
-            gw: Some("192.168.1.1".into()),
-            dev: Some("ens3".into()),
-            table: Some(MAIN_TABLE),
-            ..RouteSpec::default()
-        });
-        world
-    }
-
-    fn mac(&mut self) -> String {
-        let n = self.next_mac;
-        self.next_mac += 1;
-        format!("02:fa:00:00:{:02x}:{:02x}", (n >> 8) & 0xff, n & 0xff)
-    }
-
-    fn new_link(&mut self, id: NsId, name: &str, kind: &str, mtu: u32, up: bool) -> u32 {
-        let index = self.next_index;
-        self.next_index += 1;
-        let mac = if kind == "loopback" {
-            "00:00:00:00:00:00".to_string()
-        } else {
-            self.mac()
-        };
-        let ns = &mut self.ns[id.index()];
-        ns.links.push(FakeLink {
-            link: Link {
-                index,
-                name: name.into(),
-                kind: kind.into(),
-                mac,
-                mtu,
-                up,
-                oper_up: up,
-                txqlen: 1000,
-                ..Link::default()
-            },
-            addresses: Vec::new(),
-            hairpin: false,
-            mac_set: false,
-            peer: None,
-            tap: None,
-            rate_limit: None,
-            redirect: None,
-        });
-        for (k, v) in per_link_keys(name) {
-            ns.sysctls.insert(k, v.into());
-        }
-        index
-    }
-
-    fn raw_address(&mut self, id: NsId, link: &str, cidr: &str) {
-        let Ok(net) = parse_cidr(cidr) else {
-            return;
-        };
-        let ns = &mut self.ns[id.index()];
-        if let Some(i) = ns.find(link) {
-            ns.links[i].addresses.push(net);
-            if net.prefix_len() < net.family().bits() {
-                ns.routes.push(RouteSpec {
-                    dst: net.trunc().to_string(),
-                    dev: Some(link.into()),
-                    src: Some(net.addr().to_string()),
-                    scope: Some(scope::LINK),
-                    table: Some(MAIN_TABLE),
-                    ..RouteSpec::default()
-                });
-            }
-        }
-    }
-
-    fn describe(&self, id: NsId, i: usize) -> Link {
-        let ns = &self.ns[id.index()];
-        let l = &ns.links[i];
-        let mut link = l.link.clone();
-        let peer_up = l.peer.is_none_or(|(pid, pindex)| {
-            self.ns[pid.index()]
-                .find_index(pindex)
-                .is_some_and(|p| self.ns[pid.index()].links[p].link.up)
-        });
-        link.oper_up = link.up && peer_up;
-        link
     }
 
     fn check_failure(&mut self, op: &str, arg: &str) -> NetResult<()> {
@@ -400,7 +386,7 @@ impl World {
     }
 
     fn alive(&self, id: NsId) -> NetResult<()> {
-        if self.ns[id.index()].alive {
+        if id == NsId::Node || self.container_alive {
             Ok(())
         } else {
             Err(NetError::NotFound("network namespace is gone".into()))
@@ -412,26 +398,12 @@ impl World {
     /// its own addresses. The verb is ADD's: the fake does not know which
     /// verb a plugin function serves.
     fn grants(&self) -> Grants {
-        let created = |id: NsId| {
-            let ns = &self.ns[id.index()];
-            ns.created
-                .iter()
-                .filter_map(|name| {
-                    let link = &ns.links[ns.find(name)?].link;
-                    let id = LinkId {
-                        index: link.index,
-                        kind: link.kind.clone(),
-                    };
-                    Some((name.clone(), id))
-                })
-                .collect()
-        };
         Grants {
             command: Command::Add,
             ifname: self.attachment.ifname.clone(),
             config: self.config_grants(),
-            created_node: created(NsId::Node),
-            created_container: created(NsId::Container),
+            created_node: self.created[0].clone(),
+            created_container: self.created[1].clone(),
             own_nets: self.own_nets.clone(),
             ports: self.ports.clone(),
         }
@@ -446,118 +418,71 @@ impl World {
     }
 
     /// Asks the host's policy each question, as the host does before an
-    /// import acts; the first refusal is the answer, in the host's words.
-    fn ask(&self, asks: &[Ask<'_>]) -> NetResult<()> {
+    /// import acts, and confirms a grant that rests on a link the
+    /// attachment created against the live link (forgetting one that is
+    /// gone or replaced); the first refusal is the answer, in the host's
+    /// words.
+    fn ask(&mut self, asks: &[Ask<'_>]) -> NetResult<()> {
         if !self.policy {
             return Ok(());
         }
         let grants = self.grants();
         for ask in asks {
-            if let Err(why) = ask.verdict(&grants) {
-                // As the host: deleting what is not there is "not found",
-                // whoever asks.
-                if let Ask::Delete(side, _, name) = ask {
-                    if self.ns[NsId::of(*side).index()].find(name).is_none() {
-                        return Err(NetError::NotFound(format!("link {name:?}")));
+            let basis = match ask.verdict(&grants) {
+                Ok(basis) => basis,
+                Err(why) => {
+                    // As the host: deleting what is not there is "not
+                    // found", whoever asks.
+                    if let Ask::Delete(_, ns, name) = ask {
+                        if let Err(host_net::NetError::NotFound(_)) =
+                            self.net.link_by_name(*ns, name)
+                        {
+                            return Err(NetError::NotFound(format!("link {name:?}")));
+                        }
                     }
+                    return Err(NetError::Refused(why));
                 }
-                return Err(NetError::Refused(why));
+            };
+            if let (Basis::Created(name, id), Some((side, ns))) = (&basis, ask.place()) {
+                self.verify_created(side, ns, name, id)?;
             }
         }
         Ok(())
     }
 
+    /// [`live::verify_created`], forgetting a link that is no longer the
+    /// attachment's, as the host's ledger does.
+    fn verify_created(&mut self, side: Side, ns: HostNs, name: &str, id: &LinkId) -> NetResult<()> {
+        let live = live::verify_created(&mut self.net, side, ns, name, id);
+        if let Err(host_net::NetError::NotFound(_)) = &live {
+            self.created[NsId::of(side).index()].remove(name);
+        }
+        live.map_err(err)
+    }
+
+    /// Records a link created through `Ops` as the attachment's own.
+    fn record_created(&mut self, id: NsId, link: &LinkInfo) {
+        self.created[id.index()].insert(link.name.clone(), link.id());
+    }
+
     /// The policy's question for adding (`add`) or deleting `route` in
-    /// `id`; its device and destination when it is allowed. The host
-    /// refuses a route that names no device.
-    fn ask_route(&self, id: NsId, route: &RouteSpec, add: bool) -> NetResult<(String, IpNet)> {
-        let dev = route
-            .dev
-            .clone()
-            .ok_or_else(|| NetError::Refused("a route must name its device".into()))?;
-        let dst = parse_cidr(&route.dst)
-            .map_err(|_| NetError::Invalid(format!("invalid route dst {:?}", route.dst)))?;
-        let ask = Ask::Route(id.side(), id.host(), &dev, &dst, route.table, add);
-        self.ask(&[ask])?;
-        Ok((dev, dst))
+    /// `id`, and the route in the model's terms when it is allowed. The
+    /// host refuses a route that names no device.
+    fn ask_route(&mut self, id: NsId, route: &RouteSpec, add: bool) -> NetResult<host_net::Route> {
+        let Some(dev) = route.dev.clone() else {
+            return Err(NetError::Refused("a route must name its device".into()));
+        };
+        let r = host_route(route)?;
+        self.ask(&[Ask::Route(id.side(), id.host(), &dev, &r.dst, r.table, add)])?;
+        Ok(r)
     }
 
-    /// Whether `master` carries the namespace's default route.
-    fn carries_default_route(&self, id: NsId, master: &str) -> bool {
-        self.ns[id.index()].routes.iter().any(|r| {
-            r.dev.as_deref() == Some(master)
-                && parse_cidr(&r.dst).is_ok_and(|d| d.prefix_len() == 0)
-        })
-    }
-
-    fn remove_link(&mut self, id: NsId, i: usize) {
-        let ns = &mut self.ns[id.index()];
-        let gone = ns.links.remove(i);
-        let name = gone.link.name.clone();
-        ns.routes
-            .retain(|r| r.dev.as_deref() != Some(name.as_str()));
-        let prefix_v4 = format!("net.ipv4.conf.{}.", name.replace('.', "/"));
-        let prefix_v6 = format!("net.ipv6.conf.{}.", name.replace('.', "/"));
-        ns.sysctls
-            .retain(|k, _| !k.starts_with(&prefix_v4) && !k.starts_with(&prefix_v6));
-        ns.created.retain(|c| *c != name);
-        for l in &mut ns.links {
-            if l.link.master == Some(gone.link.index) {
-                l.link.master = None;
-                l.hairpin = false;
-            }
+    /// Every route of `id`'s namespace, as the model stores it.
+    fn all_routes(&self, id: NsId) -> Vec<host_net::Route> {
+        match self.alive(id) {
+            Ok(()) => self.net.all_routes(id.host()).unwrap_or_default(),
+            Err(_) => Vec::new(),
         }
-        if let Some(bridge) = gone.link.master {
-            self.follow_ports(id, bridge);
-        }
-        if let Some((pid, pindex)) = gone.peer {
-            if let Some(p) = self.ns[pid.index()].find_index(pindex) {
-                if let Some(peer) = self.ns[pid.index()].links.get_mut(p) {
-                    peer.peer = None;
-                }
-                self.remove_link(pid, p);
-            }
-        }
-    }
-
-    /// A bridge whose MAC was never set takes the lowest MAC of its ports.
-    fn follow_ports(&mut self, id: NsId, bridge_index: u32) {
-        let ns = &mut self.ns[id.index()];
-        let lowest = ns
-            .links
-            .iter()
-            .filter(|l| l.link.master == Some(bridge_index))
-            .map(|l| l.link.mac.clone())
-            .min();
-        if let (Some(b), Some(mac)) = (ns.find_index(bridge_index), lowest) {
-            if ns.links[b].link.kind == "bridge" && !ns.links[b].mac_set {
-                ns.links[b].link.mac = mac;
-            }
-        }
-    }
-
-    fn link_pos(&self, id: NsId, name: &str) -> NetResult<usize> {
-        self.ns[id.index()]
-            .find(name)
-            .ok_or_else(|| NetError::NotFound(format!("link {name:?}")))
-    }
-
-    fn reachable(&self, id: NsId, dev: &str, gw: &IpAddr) -> bool {
-        if let IpAddr::V6(v6) = gw {
-            if v6.segments()[0] & 0xffc0 == 0xfe80 {
-                return true;
-            }
-        }
-        let ns = &self.ns[id.index()];
-        let on_link = ns
-            .find(dev)
-            .is_some_and(|i| ns.links[i].addresses.iter().any(|a| a.contains(gw)));
-        on_link
-            || ns.routes.iter().any(|r| {
-                r.dev.as_deref() == Some(dev)
-                    && r.scope == Some(scope::LINK)
-                    && parse_cidr(&r.dst).is_ok_and(|d| d.contains(gw))
-            })
     }
 }
 
@@ -581,9 +506,10 @@ impl Default for FakeHost {
 }
 
 impl FakeHost {
-    /// A node namespace with `lo` and `ens3` (192.168.1.10/24, default route
-    /// via 192.168.1.1) and a container namespace with `lo` (down, holding
-    /// 127.0.0.1/8 and ::1/128); the attachment is (`ctr1`, `ifname`).
+    /// A node namespace with `lo` (up) and `ens3` (192.168.1.10/24, default
+    /// route via 192.168.1.1) and a container namespace with `lo` (down, no
+    /// address until it is up, as a new namespace has it); the attachment
+    /// is (`ctr1`, `ifname`).
     pub fn new(ifname: &str) -> Self {
         Self {
             world: Rc::new(RefCell::new(World::new(ifname))),
@@ -647,7 +573,7 @@ impl FakeHost {
     /// does already): filter rules may name the address, node-side
     /// addresses and routes may lie in its network.
     pub fn own_network(&self, cidr: &str) {
-        if let Ok(net) = parse_cidr(cidr) {
+        if let Ok(net) = host_net::parse_cidr(cidr) {
             self.world.borrow_mut().own_nets.push(net);
         }
     }
@@ -671,21 +597,29 @@ impl FakeHost {
         self.world.borrow_mut().policy = false;
     }
 
-    /// Adds a link (no policy), returning its index.
+    /// Adds a link of `kind`, up, as someone other than the plugin made it
+    /// (no policy), returning its index: a `bridge` takes ports, any other
+    /// kind is a plain link (a `veth` without a peer here).
     pub fn add_link(&self, id: NsId, name: &str, kind: &str, mtu: u32) -> u32 {
-        self.world.borrow_mut().new_link(id, name, kind, mtu, true)
+        let mut w = self.world.borrow_mut();
+        setup("add_link", w.net.add_link(id.host(), name, kind, mtu, None)).index
     }
 
-    /// Adds an address (and its connected route), no policy.
+    /// Adds an address (no policy); its subnet route comes with it when the
+    /// link is up.
     pub fn add_address(&self, id: NsId, link: &str, cidr: &str) {
-        self.world.borrow_mut().raw_address(id, link, cidr);
+        let mut w = self.world.borrow_mut();
+        let addr = setup("address", host_net::parse_cidr(cidr));
+        setup("add_address", w.net.add_address(id.host(), link, &addr));
     }
 
-    /// Adds a route as-is (normalized), no policy.
+    /// Adds a route (no policy); the kernel's rules still hold (its link
+    /// up, its gateway reachable).
     pub fn add_route(&self, id: NsId, route: RouteSpec) {
-        let mut route = route;
-        route.table.get_or_insert(MAIN_TABLE);
-        self.world.borrow_mut().ns[id.index()].routes.push(route);
+        let mut w = self.world.borrow_mut();
+        let r = host_route(&route).map_err(|e| host_net::NetError::Invalid(e.to_string()));
+        let r = setup("route", r);
+        setup("add_route", w.net.add_route(id.host(), &r));
     }
 
     /// Adds a default route (`0.0.0.0/0` or `::/0`, by `gw`'s family) via
@@ -707,32 +641,38 @@ impl FakeHost {
         );
     }
 
+    /// Removes every route to `dst` (no policy), in any table.
     pub fn remove_route(&self, id: NsId, dst: &str) {
-        self.world.borrow_mut().ns[id.index()]
-            .routes
-            .retain(|r| r.dst != dst);
+        let mut w = self.world.borrow_mut();
+        let Ok(dst) = host_net::parse_cidr(dst) else {
+            return;
+        };
+        for r in w.all_routes(id).into_iter().filter(|r| r.dst == dst) {
+            let _ = w.net.del_route(id.host(), &r);
+        }
     }
 
+    /// Sets a sysctl as the kernel would (a forwarding switch sets every
+    /// link's too), or defines one the model does not know; no policy.
     pub fn set_sysctl(&self, id: NsId, key: &str, value: &str) {
-        self.world.borrow_mut().ns[id.index()]
-            .sysctls
-            .insert(key.into(), value.into());
+        let mut w = self.world.borrow_mut();
+        let set = match w.net.sysctl_get(id.host(), key) {
+            Ok(_) => w.net.sysctl_set(id.host(), key, value),
+            Err(_) => w.net.define_sysctl(id.host(), key, value),
+        };
+        setup("set_sysctl", set);
     }
 
     /// Deletes a link without policy (as an administrator would).
     pub fn delete_link(&self, id: NsId, name: &str) {
-        let mut w = self.world.borrow_mut();
-        if let Some(i) = w.ns[id.index()].find(name) {
-            w.remove_link(id, i);
-        }
+        let _ = self.world.borrow_mut().net.delete_link(id.host(), name);
     }
 
     /// Removes an address without policy.
     pub fn remove_address(&self, id: NsId, link: &str, cidr: &str) {
         let mut w = self.world.borrow_mut();
-        let ns = &mut w.ns[id.index()];
-        if let (Some(i), Ok(net)) = (ns.find(link), parse_cidr(cidr)) {
-            ns.links[i].addresses.retain(|a| *a != net);
+        if let Ok(addr) = host_net::parse_cidr(cidr) {
+            let _ = w.net.del_address(id.host(), link, &addr);
         }
     }
 
@@ -740,12 +680,8 @@ impl FakeHost {
     /// the node-side peers of its veths.
     pub fn remove_container_netns(&self) {
         let mut w = self.world.borrow_mut();
-        while !w.ns[1].links.is_empty() {
-            w.remove_link(NsId::Container, 0);
-        }
-        w.ns[1].alive = false;
-        w.ns[1].routes.clear();
-        w.ns[1].sysctls.clear();
+        w.net.remove_namespace(Path::new(NETNS_PATH));
+        w.container_alive = false;
     }
 
     /// The next `op` (an `Ops` method name) whose main argument contains
@@ -785,15 +721,21 @@ impl FakeHost {
     // ------------------------------------------------------- inspection
 
     pub fn link(&self, id: NsId, name: &str) -> Option<Link> {
-        let w = self.world.borrow();
-        w.ns[id.index()].find(name).map(|i| w.describe(id, i))
+        let mut w = self.world.borrow_mut();
+        w.alive(id).ok()?;
+        w.net.link_by_name(id.host(), name).ok().map(link_of)
     }
 
     pub fn link_names(&self, id: NsId) -> Vec<String> {
-        self.world.borrow().ns[id.index()]
-            .links
-            .iter()
-            .map(|l| l.link.name.clone())
+        let mut w = self.world.borrow_mut();
+        if w.alive(id).is_err() {
+            return Vec::new();
+        }
+        w.net
+            .links(id.host())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|l| l.name)
             .collect()
     }
 
@@ -807,26 +749,27 @@ impl FakeHost {
     }
 
     pub fn addresses(&self, id: NsId, link: &str) -> Vec<String> {
-        let w = self.world.borrow();
-        let ns = &w.ns[id.index()];
-        ns.find(link)
-            .map(|i| {
-                ns.links[i]
-                    .addresses
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect()
-            })
+        let mut w = self.world.borrow_mut();
+        if w.alive(id).is_err() {
+            return Vec::new();
+        }
+        w.net
+            .addresses(id.host(), link)
             .unwrap_or_default()
+            .iter()
+            .map(ToString::to_string)
+            .collect()
     }
 
-    /// Routes as `dst [via gw] dev D [src S] [scope N] [table T]` strings.
+    /// Routes as `dst [via gw] dev D [src S] [scope N] [table T]` strings,
+    /// as the kernel stores them (IPv6 routes have no scope).
     pub fn routes(&self, id: NsId) -> Vec<String> {
-        self.world.borrow().ns[id.index()]
-            .routes
-            .iter()
+        self.world
+            .borrow()
+            .all_routes(id)
+            .into_iter()
             .map(|r| {
-                let mut s = r.dst.clone();
+                let mut s = r.dst.to_string();
                 if let Some(gw) = &r.gw {
                     s.push_str(&format!(" via {gw}"));
                 }
@@ -846,21 +789,32 @@ impl FakeHost {
     }
 
     pub fn sysctl(&self, id: NsId, key: &str) -> Option<String> {
-        self.world.borrow().ns[id.index()].sysctls.get(key).cloned()
+        let mut w = self.world.borrow_mut();
+        w.alive(id).ok()?;
+        w.net.sysctl_get(id.host(), key).ok()
     }
 
-    /// How tap `name` was created (`None` if it is not a tap made by
-    /// `create_tap`).
+    /// How tap `name` was created (`None` if it is not a tap).
     pub fn tap(&self, id: NsId, name: &str) -> Option<TapInfo> {
-        let w = self.world.borrow();
-        let ns = &w.ns[id.index()];
-        ns.find(name).and_then(|i| ns.links[i].tap)
+        let mut w = self.world.borrow_mut();
+        w.alive(id).ok()?;
+        let link = w.net.link_by_name(id.host(), name).ok()?;
+        if link.kind != "tun" {
+            return None;
+        }
+        let (owner, group) = w.net.tap_owner(id.host(), name).ok()?;
+        let multi_queue = w.net.tap_multi_queue(id.host(), name).ok()?;
+        Some(TapInfo {
+            multi_queue,
+            owner,
+            group,
+        })
     }
 
     pub fn hairpin(&self, id: NsId, name: &str) -> Option<bool> {
         let w = self.world.borrow();
-        let ns = &w.ns[id.index()];
-        ns.find(name).map(|i| ns.links[i].hairpin)
+        w.alive(id).ok()?;
+        w.net.hairpin(id.host(), name).ok()
     }
 
     pub fn ipam_calls(&self) -> Vec<String> {
@@ -895,29 +849,19 @@ impl FakeHost {
         self.world.borrow().logs.clone()
     }
 
-    /// Everything observable in both namespaces, for before/after
-    /// comparisons.
+    /// Everything observable in both namespaces (the model's dump: links
+    /// with their settings, addresses and qdiscs, routes, changed sysctls),
+    /// for before/after comparisons.
     pub fn snapshot(&self) -> String {
+        let w = self.world.borrow();
         let mut out = String::new();
         for id in [NsId::Node, NsId::Container] {
-            let w = self.world.borrow();
-            let ns = &w.ns[id.index()];
-            out.push_str(&format!("{id:?} alive={}\n", ns.alive));
-            for (i, l) in ns.links.iter().enumerate() {
-                let d = w.describe(id, i);
-                out.push_str(&format!(
-                    "  link {} {} mac={} mtu={} up={} master={:?} promisc={} allmulti={} txqlen={} hairpin={} addrs={:?}\n",
-                    d.name, d.kind, d.mac, d.mtu, d.up, d.master, d.promisc, d.allmulti, d.txqlen, l.hairpin,
-                    l.addresses.iter().map(ToString::to_string).collect::<Vec<_>>()
-                ));
-            }
-            drop(w);
-            for r in self.routes(id) {
-                out.push_str(&format!("  route {r}\n"));
-            }
-            let w = self.world.borrow();
-            for (k, v) in &w.ns[id.index()].sysctls {
-                out.push_str(&format!("  sysctl {k}={v}\n"));
+            let alive = w.alive(id).is_ok();
+            out.push_str(&format!("{id:?} alive={alive}\n"));
+            if alive {
+                for line in w.net.dump(id.host()) {
+                    out.push_str(&format!("  {line}\n"));
+                }
             }
         }
         out
@@ -951,7 +895,7 @@ impl Host for FakeHost {
         let nets = result
             .ips
             .iter()
-            .filter_map(|ip| parse_cidr(&ip.address).ok());
+            .filter_map(|ip| host_net::parse_cidr(&ip.address).ok());
         w.own_nets.extend(nets);
         Ok(result)
     }
@@ -1104,8 +1048,8 @@ impl Host for FakeHost {
 
 impl World {
     /// Asks the host's policy about each rule, as the host's `filter`
-    /// import does, confirming on the fake's links what a grant rests on.
-    fn ask_filter(&self, rules: &[Rule], op: FilterOp) -> Result<(), FilterError> {
+    /// import does, confirming on the live links what a grant rests on.
+    fn ask_filter(&mut self, rules: &[Rule], op: FilterOp) -> Result<(), FilterError> {
         let parsed = rules.iter().map(host_rule).collect::<Result<Vec<_>, _>>()?;
         if !self.policy {
             return Ok(());
@@ -1120,31 +1064,15 @@ impl World {
 
     /// What the host confirms on the live links before a filter grant
     /// holds.
-    fn confirm(&self, need: FilterNeed) -> Result<(), String> {
-        let node = &self.ns[NsId::Node.index()];
+    fn confirm(&mut self, need: FilterNeed) -> Result<(), String> {
+        let node = NsId::Node.host();
         match need {
             FilterNeed::Nothing => Ok(()),
-            FilterNeed::Created(name, id) => match node.find(&name).map(|i| &node.links[i].link) {
-                Some(l) if l.index == id.index && l.kind == id.kind => Ok(()),
-                _ => Err(format!(
-                    "link {name:?} this attachment created is gone from the node namespace"
-                )),
-            },
+            FilterNeed::Created(name, id) => self
+                .verify_created(Side::Node, node, &name, &id)
+                .map_err(|e| e.to_string()),
             FilterNeed::PortOf(bridge) => {
-                let br = node
-                    .find(&bridge)
-                    .map(|i| node.links[i].link.index)
-                    .ok_or_else(|| format!("not found: link {bridge:?}"))?;
-                let port = node.created.iter().any(|c| {
-                    node.find(c)
-                        .is_some_and(|i| node.links[i].link.master == Some(br))
-                });
-                match port {
-                    true => Ok(()),
-                    false => Err(format!(
-                        "{bridge:?} has no port this attachment created: only the attachment's own bridge may be isolated"
-                    )),
-                }
+                live::confirm_port_of(&mut self.net, node, &bridge, &self.created[0])
             }
         }
     }
@@ -1183,100 +1111,36 @@ impl FakeNs {
         f(&mut w, self.id)
     }
 
-    /// A link of `kind` stacked on `master`, here, as `name` in `target`;
-    /// `finish` sets what is particular to the kind (it sees the master).
-    #[allow(clippy::too_many_arguments)]
+    /// A link stacked on `master` (a link here), created in `target`: the
+    /// host's stacked-link questions, then `create` on the model; the link
+    /// becomes the attachment's.
     fn upper(
         &self,
-        kind: &'static str,
+        op: &str,
         name: &str,
         master: &str,
-        mtu: Option<u32>,
-        mac: Option<&str>,
         target: &Self,
-        mode: Option<MacvlanMode>,
-        finish: impl FnOnce(&mut Link, &Link),
+        made: Ask<'_>,
+        create: impl FnOnce(&mut MemoryNet, HostNs, HostNs) -> Result<LinkInfo, host_net::NetError>,
     ) -> NetResult<Link> {
         let target_id = target.id;
-        self.with(&format!("create_{kind}"), name, |w, id| {
+        self.with(op, name, |w, id| {
             w.alive(target_id)?;
-            let made = match mode {
-                Some(mode) => Ask::CreateMacvlan(target_id.side(), name, host_mode(mode)),
-                None => Ask::CreateStacked(target_id.side(), name, kind),
-            };
-            w.ask(&Ask::stacked(
+            let default = live::carries_default_route(&mut w.net, id.host(), master);
+            let asks = Ask::stacked(
                 made,
                 &w.config_grants(),
                 id.side(),
                 id.host(),
                 master,
-                || w.carries_default_route(id, master),
-            ))?;
-            check_name(name)?;
-            let mac = check_mac(mac)?;
-            let m = w.link_pos(id, master)?;
-            let master_link = w.ns[id.index()].links[m].link.clone();
-            let mtu = mtu.unwrap_or(master_link.mtu);
-            if mtu > master_link.mtu {
-                return Err(NetError::Kernel(
-                    -22,
-                    format!("mtu {mtu} greater than master's"),
-                ));
-            }
-            if w.ns[target_id.index()].find(name).is_some() {
-                return Err(NetError::Exists(format!("link {name:?}")));
-            }
-            w.new_link(target_id, name, kind, mtu, false);
-            let ns = &mut w.ns[target_id.index()];
-            let i = ns.links.len() - 1;
-            ns.links[i].link.master = None;
-            finish(&mut ns.links[i].link, &master_link);
-            if let Some(mac) = mac {
-                ns.links[i].link.mac = mac;
-            }
-            ns.created.push(name.into());
-            Ok(w.describe(target_id, i))
+                || default,
+            );
+            w.ask(&asks)?;
+            let link = create(&mut w.net, id.host(), target_id.host()).map_err(err)?;
+            w.record_created(target_id, &link);
+            Ok(link_of(link))
         })
     }
-
-    /// A macvlan or (`kind` "macvtap") macvtap.
-    #[allow(clippy::too_many_arguments)]
-    fn macvlan(
-        &self,
-        kind: &'static str,
-        name: &str,
-        master: &str,
-        mode: MacvlanMode,
-        mtu: Option<u32>,
-        mac: Option<&str>,
-        target: &Self,
-    ) -> NetResult<Link> {
-        self.upper(kind, name, master, mtu, mac, target, Some(mode), |l, _| {
-            l.macvlan_mode = Some(mode);
-            if kind == "macvtap" {
-                // The kernel's default for a macvtap.
-                l.txqlen = 500;
-            }
-        })
-    }
-}
-
-fn check_name(name: &str) -> NetResult<()> {
-    if name.is_empty()
-        || name.len() > 15
-        || name.contains('/')
-        || name.contains(char::is_whitespace)
-    {
-        return Err(NetError::Invalid(format!("invalid link name {name:?}")));
-    }
-    Ok(())
-}
-
-fn check_mac(mac: Option<&str>) -> NetResult<Option<String>> {
-    mac.map(|m| {
-        crate::mac::normalize(m).ok_or_else(|| NetError::Invalid(format!("invalid MAC {m:?}")))
-    })
-    .transpose()
 }
 
 /// A rule in the host's terms, checked as the host's `filter` import checks
@@ -1331,20 +1195,9 @@ fn host_rule(r: &Rule) -> Result<HostRule, FilterError> {
     })
 }
 
-fn check_mtu(mtu: u32) -> NetResult<()> {
-    if !(68..=65535).contains(&mtu) {
-        return Err(NetError::Kernel(-22, format!("invalid MTU {mtu}")));
-    }
-    Ok(())
-}
-
-fn route_matches(r: &RouteSpec, want: &RouteSpec, dst: &IpNet) -> bool {
-    parse_cidr(&r.dst).is_ok_and(|d| d.trunc() == dst.trunc())
-        && want.dev.as_ref().is_none_or(|d| r.dev.as_ref() == Some(d))
-        && r.table.unwrap_or(MAIN_TABLE) == want.table.unwrap_or(MAIN_TABLE)
-        && want.gw.as_ref().is_none_or(|g| r.gw.as_ref() == Some(g))
-}
-
+/// The host's `network` import over the host's kernel model: each call
+/// asks the questions the host's import asks, then does what the host's
+/// backend does, with the same conversions at the boundary.
 impl Ops for FakeNs {
     fn create_veth(
         &self,
@@ -1361,59 +1214,28 @@ impl Ops for FakeNs {
                 Ask::Create(id.side(), name),
                 Ask::Create(peer_id.side(), peer_name),
             ])?;
-            check_name(name)?;
-            check_name(peer_name)?;
-            let mac = check_mac(mac)?;
-            if let Some(m) = mtu {
-                check_mtu(m)?;
+            let link = w
+                .net
+                .create_veth(id.host(), name, peer_name, peer_id.host(), mtu, mac)
+                .map_err(err)?;
+            w.record_created(id, &link);
+            if let Ok(peer) = w.net.link_by_name(peer_id.host(), peer_name) {
+                w.record_created(peer_id, &peer);
             }
-            if w.ns[id.index()].find(name).is_some() {
-                return Err(NetError::Exists(format!("link {name:?}")));
-            }
-            if w.ns[peer_id.index()].find(peer_name).is_some() {
-                return Err(NetError::Exists(format!("link {peer_name:?}")));
-            }
-            let mtu = mtu.unwrap_or(1500);
-            let here = w.new_link(id, name, "veth", mtu, false);
-            let there = w.new_link(peer_id, peer_name, "veth", mtu, false);
-            let ns = &mut w.ns[id.index()];
-            let i = ns.links.len() - 1;
-            ns.links[i].peer = Some((peer_id, there));
-            ns.links[i].link.peer_index = Some(there);
-            if let Some(mac) = mac {
-                ns.links[i].link.mac = mac;
-            }
-            ns.created.push(name.into());
-            let pns = &mut w.ns[peer_id.index()];
-            let p = pns.links.len() - 1;
-            pns.links[p].peer = Some((id, here));
-            pns.links[p].link.peer_index = Some(here);
-            pns.created.push(peer_name.into());
-            Ok(w.describe(id, w.ns[id.index()].links.len() - 1))
+            Ok(link_of(link))
         })
     }
 
     fn ensure_bridge(&self, name: &str, mtu: Option<u32>) -> NetResult<Link> {
         self.with("ensure_bridge", name, |w, id| {
             w.ask(&Ask::ensure_bridge(id.side(), id.host(), name))?;
-            check_name(name)?;
-            if let Some(i) = w.ns[id.index()].find(name) {
-                let kind = &w.ns[id.index()].links[i].link.kind;
-                if kind != "bridge" {
-                    return Err(NetError::Exists(format!("{name:?} exists and is a {kind}")));
-                }
-                return Ok(w.describe(id, i));
-            }
-            if let Some(m) = mtu {
-                check_mtu(m)?;
-            }
-            w.new_link(id, name, "bridge", mtu.unwrap_or(1500), false);
+            let bridge = w.net.ensure_bridge(id.host(), name, mtu).map_err(err)?;
             // In the container a bridge is the attachment's, as any link
             // made there; in the node it is shared and never is.
             if id == NsId::Container {
-                w.ns[id.index()].created.push(name.into());
+                w.record_created(id, &bridge);
             }
-            Ok(w.describe(id, w.ns[id.index()].links.len() - 1))
+            Ok(link_of(bridge))
         })
     }
 
@@ -1426,7 +1248,17 @@ impl Ops for FakeNs {
         mac: Option<&str>,
         target: &Self,
     ) -> NetResult<Link> {
-        self.macvlan("macvlan", name, master, mode, mtu, mac, target)
+        let made = Ask::CreateMacvlan(target.id.side(), name, host_mode(mode));
+        self.upper(
+            "create_macvlan",
+            name,
+            master,
+            target,
+            made,
+            |net, at, to| {
+                net.create_macvlan(at, name, master, host_mode(mode), mtu, mac, to, false)
+            },
+        )
     }
 
     fn create_macvtap(
@@ -1438,7 +1270,15 @@ impl Ops for FakeNs {
         mac: Option<&str>,
         target: &Self,
     ) -> NetResult<Link> {
-        self.macvlan("macvtap", name, master, mode, mtu, mac, target)
+        let made = Ask::CreateMacvlan(target.id.side(), name, host_mode(mode));
+        self.upper(
+            "create_macvtap",
+            name,
+            master,
+            target,
+            made,
+            |net, at, to| net.create_macvlan(at, name, master, host_mode(mode), mtu, mac, to, true),
+        )
     }
 
     fn create_vlan(
@@ -1449,12 +1289,9 @@ impl Ops for FakeNs {
         mtu: Option<u32>,
         target: &Self,
     ) -> NetResult<Link> {
-        if vlan_id > 4094 {
-            return Err(NetError::Invalid(format!("vlan id {vlan_id}")));
-        }
-        self.upper("vlan", name, master, mtu, None, target, None, |l, m| {
-            l.vlan_id = Some(vlan_id);
-            l.mac.clone_from(&m.mac);
+        let made = Ask::CreateStacked(target.id.side(), name, "vlan");
+        self.upper("create_vlan", name, master, target, made, |net, at, to| {
+            net.create_vlan(at, name, master, vlan_id, mtu, to)
         })
     }
 
@@ -1466,10 +1303,15 @@ impl Ops for FakeNs {
         mtu: Option<u32>,
         target: &Self,
     ) -> NetResult<Link> {
-        self.upper("ipvlan", name, master, mtu, None, target, None, |l, m| {
-            l.ipvlan_mode = Some(mode);
-            l.mac.clone_from(&m.mac);
-        })
+        let made = Ask::CreateStacked(target.id.side(), name, "ipvlan");
+        self.upper(
+            "create_ipvlan",
+            name,
+            master,
+            target,
+            made,
+            |net, at, to| net.create_ipvlan(at, name, master, host_ipvlan(mode), mtu, to),
+        )
     }
 
     fn create_tap(
@@ -1483,51 +1325,37 @@ impl Ops for FakeNs {
     ) -> NetResult<Link> {
         self.with("create_tap", name, |w, id| {
             w.ask(&[Ask::CreateTap(id.side(), name, owner, group)])?;
-            check_name(name)?;
-            let mac = check_mac(mac)?;
-            if let Some(m) = mtu {
-                check_mtu(m)?;
-            }
-            if w.ns[id.index()].find(name).is_some() {
-                return Err(NetError::Exists(format!("link {name:?}")));
-            }
-            w.new_link(id, name, "tun", mtu.unwrap_or(1500), false);
-            let ns = &mut w.ns[id.index()];
-            let i = ns.links.len() - 1;
-            ns.links[i].tap = Some(TapInfo {
-                multi_queue,
-                owner,
-                group,
-            });
-            if let Some(mac) = mac {
-                ns.links[i].link.mac = mac;
-            }
-            ns.created.push(name.into());
-            Ok(w.describe(id, i))
+            let link = w
+                .net
+                .create_tap(id.host(), name, mtu, mac, multi_queue, owner, group)
+                .map_err(err)?;
+            w.record_created(id, &link);
+            Ok(link_of(link))
         })
     }
 
     fn link_by_name(&self, name: &str) -> NetResult<Link> {
         self.with("link_by_name", name, |w, id| {
-            let i = w.link_pos(id, name)?;
-            Ok(w.describe(id, i))
+            w.net
+                .link_by_name(id.host(), name)
+                .map(link_of)
+                .map_err(err)
         })
     }
 
     fn link_by_index(&self, index: u32) -> NetResult<Link> {
         self.with("link_by_index", &index.to_string(), |w, id| {
-            let i = w.ns[id.index()]
-                .find_index(index)
-                .ok_or_else(|| NetError::NotFound(format!("link index {index}")))?;
-            Ok(w.describe(id, i))
+            w.net
+                .link_by_index(id.host(), index)
+                .map(link_of)
+                .map_err(err)
         })
     }
 
     fn list_links(&self) -> NetResult<Vec<Link>> {
         self.with("list_links", "", |w, id| {
-            Ok((0..w.ns[id.index()].links.len())
-                .map(|i| w.describe(id, i))
-                .collect())
+            let links = w.net.links(id.host()).map_err(err)?;
+            Ok(links.into_iter().map(link_of).collect())
         })
     }
 
@@ -1535,251 +1363,126 @@ impl Ops for FakeNs {
         self.with("set_link", name, |w, id| {
             let master = s.master.as_deref().unwrap_or("");
             w.ask(&Ask::set_link(id.side(), id.host(), name, master))?;
-            let i = w.link_pos(id, name)?;
-            let master = match s.master.as_deref() {
-                None => None,
-                Some("") => Some(None),
-                Some(br) => {
-                    let b = w.link_pos(id, br)?;
-                    let bl = &w.ns[id.index()].links[b].link;
-                    if bl.kind != "bridge" {
-                        return Err(NetError::Invalid(format!("{br:?} is not a bridge")));
-                    }
-                    Some(Some(bl.index))
-                }
+            let change = LinkChange {
+                up: s.up,
+                mtu: s.mtu,
+                mac: s.mac.clone(),
+                master: s.master.clone(),
+                promisc: s.promisc,
+                allmulti: s.allmulti,
+                txqlen: s.txqlen,
+                hairpin: s.hairpin,
             };
-            let mac = check_mac(s.mac.as_deref())?;
-            if let Some(m) = s.mtu {
-                check_mtu(m)?;
-            }
-            let old_master = w.ns[id.index()].links[i].link.master;
-            let l = &mut w.ns[id.index()].links[i];
-            if let Some(m) = master {
-                l.link.master = m;
-                if m.is_none() {
-                    l.hairpin = false;
-                }
-            }
-            if let Some(h) = s.hairpin {
-                if l.link.master.is_none() {
-                    return Err(NetError::Kernel(
-                        -95,
-                        "hairpin needs a bridge master".into(),
-                    ));
-                }
-                l.hairpin = h;
-            }
-            if let Some(v) = s.up {
-                l.link.up = v;
-            }
-            if let Some(v) = s.mtu {
-                l.link.mtu = v;
-            }
-            if let Some(v) = mac {
-                l.link.mac = v;
-                l.mac_set = true;
-            }
-            if let Some(v) = s.promisc {
-                l.link.promisc = v;
-            }
-            if let Some(v) = s.allmulti {
-                l.link.allmulti = v;
-            }
-            if let Some(v) = s.txqlen {
-                l.link.txqlen = v;
-            }
-            let new_master = l.link.master;
-            if let Some(old) = old_master.filter(|o| Some(*o) != new_master) {
-                w.follow_ports(id, old);
-            }
-            if let Some(m) = new_master {
-                w.follow_ports(id, m);
-            }
-            Ok(w.describe(id, i))
+            w.net
+                .set_link(id.host(), name, &change)
+                .map(link_of)
+                .map_err(err)
         })
     }
 
     fn delete_link(&self, name: &str) -> NetResult<()> {
         self.with("delete_link", name, |w, id| {
             w.ask(&[Ask::Delete(id.side(), id.host(), name)])?;
-            let i = w.link_pos(id, name)?;
-            w.remove_link(id, i);
-            Ok(())
+            let out = w.net.delete_link(id.host(), name).map_err(err);
+            if out.is_ok() || matches!(out, Err(NetError::NotFound(_))) {
+                w.created[id.index()].remove(name);
+            }
+            out
         })
     }
 
     fn add_address(&self, link: &str, cidr: &str) -> NetResult<()> {
         self.with("add_address", cidr, |w, id| {
-            let net = parse_cidr(cidr)
-                .map_err(|_| NetError::Invalid(format!("invalid address {cidr:?}")))?;
-            w.ask(&[Ask::Address(id.side(), id.host(), link, &net, true)])?;
-            let i = w.link_pos(id, link)?;
-            if w.ns[id.index()].links[i].addresses.contains(&net) {
-                return Err(NetError::Exists(format!("address {cidr} on {link}")));
-            }
-            w.raw_address(id, link, cidr);
-            Ok(())
+            let addr = host_net::parse_cidr(cidr).map_err(err)?;
+            w.ask(&[Ask::Address(id.side(), id.host(), link, &addr, true)])?;
+            w.net.add_address(id.host(), link, &addr).map_err(err)
         })
     }
 
     fn del_address(&self, link: &str, cidr: &str) -> NetResult<()> {
         self.with("del_address", cidr, |w, id| {
-            let net = parse_cidr(cidr)
-                .map_err(|_| NetError::Invalid(format!("invalid address {cidr:?}")))?;
-            w.ask(&[Ask::Address(id.side(), id.host(), link, &net, false)])?;
-            let i = w.link_pos(id, link)?;
-            let ns = &mut w.ns[id.index()];
-            let before = ns.links[i].addresses.len();
-            ns.links[i].addresses.retain(|a| *a != net);
-            if ns.links[i].addresses.len() == before {
-                return Err(NetError::NotFound(format!("address {cidr} on {link}")));
-            }
-            let network = net.trunc().to_string();
-            let src = net.addr().to_string();
-            ns.routes.retain(|r| {
-                !(r.dst == network
-                    && r.dev.as_deref() == Some(link)
-                    && r.src.as_deref() == Some(src.as_str()))
-            });
-            Ok(())
+            let addr = host_net::parse_cidr(cidr).map_err(err)?;
+            w.ask(&[Ask::Address(id.side(), id.host(), link, &addr, false)])?;
+            w.net.del_address(id.host(), link, &addr).map_err(err)
         })
     }
 
     fn list_addresses(&self, link: &str) -> NetResult<Vec<String>> {
         self.with("list_addresses", link, |w, id| {
-            let i = w.link_pos(id, link)?;
-            Ok(w.ns[id.index()].links[i]
-                .addresses
-                .iter()
-                .map(ToString::to_string)
-                .collect())
+            let addrs = w.net.addresses(id.host(), link).map_err(err)?;
+            Ok(addrs.iter().map(ToString::to_string).collect())
         })
     }
 
     fn add_route(&self, route: &RouteSpec) -> NetResult<()> {
         self.with("add_route", &route.dst, |w, id| {
-            let (dev, dst) = w.ask_route(id, route, true)?;
-            w.link_pos(id, &dev)?;
-            let gw = route
-                .gw
-                .as_deref()
-                .map(|g| {
-                    parse_ip(g).map_err(|_| NetError::Invalid(format!("invalid gateway {g:?}")))
-                })
-                .transpose()?;
-            if let Some(gw) = &gw {
-                if crate::ip::Family::of(gw) != dst.family() {
-                    return Err(NetError::Invalid(
-                        "gateway family differs from destination".into(),
-                    ));
-                }
-                if route.scope != Some(scope::LINK) && !w.reachable(id, &dev, gw) {
-                    return Err(NetError::Kernel(-101, "network is unreachable".into()));
-                }
-            }
-            let table = route.table.unwrap_or(MAIN_TABLE);
-            // The host's rule: same destination and priority in the table.
-            let duplicate = w.ns[id.index()].routes.iter().any(|r| {
-                r.dst == dst.trunc().to_string()
-                    && r.table == Some(table)
-                    && r.priority == route.priority
-            });
-            if duplicate {
-                return Err(NetError::Exists(format!("route to {}", route.dst)));
-            }
-            let mut stored = route.clone();
-            stored.dst = dst.trunc().to_string();
-            stored.table = Some(table);
-            stored.dev = Some(dev);
-            stored.gw = gw.map(|g| g.to_string());
-            w.ns[id.index()].routes.push(stored);
-            Ok(())
+            let r = w.ask_route(id, route, true)?;
+            w.net.add_route(id.host(), &r).map_err(err)
         })
     }
 
     fn del_route(&self, route: &RouteSpec) -> NetResult<()> {
         self.with("del_route", &route.dst, |w, id| {
-            let (_, dst) = w.ask_route(id, route, false)?;
-            let ns = &mut w.ns[id.index()];
-            let pos = ns
-                .routes
-                .iter()
-                .position(|r| route_matches(r, route, &dst))
-                .ok_or_else(|| NetError::NotFound(format!("route to {}", route.dst)))?;
-            ns.routes.remove(pos);
-            Ok(())
+            let r = w.ask_route(id, route, false)?;
+            w.net.del_route(id.host(), &r).map_err(err)
         })
     }
 
     fn list_routes(&self, link: &str, table: Option<u32>) -> NetResult<Vec<RouteSpec>> {
         self.with("list_routes", link, |w, id| {
-            w.link_pos(id, link)?;
-            let table = table.unwrap_or(MAIN_TABLE);
-            Ok(w.ns[id.index()]
-                .routes
-                .iter()
-                .filter(|r| r.dev.as_deref() == Some(link) && r.table == Some(table))
-                .cloned()
-                .collect())
+            let routes = w.net.routes(id.host(), link, table).map_err(err)?;
+            Ok(routes.into_iter().map(route_of).collect())
         })
     }
 
     fn get_sysctl(&self, key: &str) -> NetResult<String> {
         self.with("get_sysctl", key, |w, id| {
             w.ask(&[Ask::Sysctl(id.side(), id.host(), key, false)])?;
-            w.ns[id.index()]
-                .sysctls
-                .get(key)
-                .cloned()
-                .ok_or_else(|| NetError::NotFound(format!("sysctl {key}")))
+            w.net.sysctl_get(id.host(), key).map_err(err)
         })
     }
 
     fn set_sysctl(&self, key: &str, value: &str) -> NetResult<()> {
         self.with("set_sysctl", key, |w, id| {
             w.ask(&[Ask::Sysctl(id.side(), id.host(), key, true)])?;
-            let slot = w.ns[id.index()]
-                .sysctls
-                .get_mut(key)
-                .ok_or_else(|| NetError::NotFound(format!("sysctl {key}")))?;
-            *slot = value.trim().to_string();
-            Ok(())
+            w.net.sysctl_set(id.host(), key, value).map_err(err)
         })
     }
 
     fn create_ifb(&self, name: &str, mtu: Option<u32>) -> NetResult<Link> {
         self.with("create_ifb", name, |w, id| {
             w.ask(&[Ask::CreateIfb(id.side(), name)])?;
-            check_name(name)?;
-            if let Some(m) = mtu {
-                check_mtu(m)?;
-            }
-            if w.ns[id.index()].find(name).is_some() {
-                return Err(NetError::Exists(format!("link {name:?}")));
-            }
-            w.new_link(id, name, "ifb", mtu.unwrap_or(1500), true);
-            let ns = &mut w.ns[id.index()];
-            ns.created.push(name.to_string());
-            Ok(ns.links[ns.links.len() - 1].link.clone())
+            let link = w.net.create_ifb(id.host(), name, mtu).map_err(err)?;
+            w.record_created(id, &link);
+            Ok(link_of(link))
         })
     }
 
     fn limit_rate(&self, link: &str, limit: RateLimit) -> NetResult<()> {
         self.with("limit_rate", link, |w, id| {
             w.ask(&[Ask::Shape(id.side(), id.host(), link)])?;
-            if limit.rate == 0 || limit.burst == 0 {
-                return Err(NetError::Invalid("rate and burst must be positive".into()));
-            }
-            let i = w.link_pos(id, link)?;
-            w.ns[id.index()].links[i].rate_limit = Some(limit);
-            Ok(())
+            let limit = host_net::RateLimit {
+                rate: limit.rate,
+                burst: limit.burst,
+            };
+            w.net.set_rate_limit(id.host(), link, &limit).map_err(err)
         })
     }
 
     fn has_rate_limit(&self, link: &str, limit: RateLimit) -> NetResult<bool> {
         self.with("has_rate_limit", link, |w, id| {
-            let i = w.link_pos(id, link)?;
-            Ok(w.ns[id.index()].links[i].rate_limit == Some(limit))
+            let limit = host_net::RateLimit {
+                rate: limit.rate,
+                burst: limit.burst,
+            };
+            let want = limit.tbf(w.net.ticks_per_us()).map_err(err)?;
+            let root = w
+                .net
+                .qdiscs(id.host(), link)
+                .map_err(err)?
+                .into_iter()
+                .find(|q| q.parent == host_net::TC_H_ROOT);
+            Ok(root.is_some_and(|q| q.kind == "tbf" && q.tbf == Some(want)))
         })
     }
 
@@ -1789,40 +1492,24 @@ impl Ops for FakeNs {
                 Ask::Shape(id.side(), id.host(), link),
                 Ask::Shape(id.side(), id.host(), to),
             ])?;
-            w.link_pos(id, to)?;
-            let i = w.link_pos(id, link)?;
-            let l = &mut w.ns[id.index()].links[i];
-            if l.redirect.is_some() {
-                return Err(NetError::Exists(format!("ingress qdisc on {link}")));
-            }
-            l.redirect = Some(to.to_string());
-            Ok(())
+            w.net.redirect_ingress(id.host(), link, to).map_err(err)
         })
     }
 
     fn list_qdiscs(&self, link: &str) -> NetResult<Vec<Qdisc>> {
         self.with("list_qdiscs", link, |w, id| {
-            let i = w.link_pos(id, link)?;
-            let l = &w.ns[id.index()].links[i];
-            let mut out = Vec::new();
-            if let Some(r) = l.rate_limit {
-                out.push(Qdisc {
-                    kind: "tbf".into(),
-                    handle: 0x1_0000,
-                    parent: 0xffff_ffff,
-                    tbf_rate: Some(r.rate / 8),
-                    ..Qdisc::default()
-                });
-            }
-            if l.redirect.is_some() {
-                out.push(Qdisc {
-                    kind: "ingress".into(),
-                    handle: 0xffff_0000,
-                    parent: 0xffff_fff1,
-                    ..Qdisc::default()
-                });
-            }
-            Ok(out)
+            let qdiscs = w.net.qdiscs(id.host(), link).map_err(err)?;
+            Ok(qdiscs
+                .into_iter()
+                .map(|q| Qdisc {
+                    kind: q.kind,
+                    handle: q.handle,
+                    parent: q.parent,
+                    tbf_rate: q.tbf.map(|t| t.rate),
+                    tbf_buffer: q.tbf.map(|t| t.buffer),
+                    tbf_limit: q.tbf.map(|t| t.limit),
+                })
+                .collect())
         })
     }
 }
@@ -1890,6 +1577,7 @@ mod tests {
 
         host.set_ipam_result(ipam_result(&[("10.22.0.5/24", Some("10.22.0.1"))], &[]));
         host.ipam_add().unwrap();
+        n.set_link("cni0", &LinkSettings::up()).unwrap();
         n.add_address("cni0", "10.22.0.1/24").unwrap();
         n.add_route(&route("10.22.0.5/32", "cni0", None)).unwrap();
         let why = refusal(n.add_route(&route("10.99.0.0/24", "cni0", None)));
@@ -1906,6 +1594,7 @@ mod tests {
         // The container namespace is the attachment's own: any table but
         // the kernel's.
         c.create_veth("eth0", "veth01", &n, None, None).unwrap();
+        c.set_link("eth0", &LinkSettings::up()).unwrap();
         c.add_address("eth0", "10.22.0.5/24").unwrap();
         c.add_route(&route("10.50.0.0/24", "eth0", Some(100)))
             .unwrap();
@@ -2123,6 +1812,9 @@ mod tests {
             .add_address("eth0", "10.0.0.2/24")
             .unwrap_err()
             .is_exists());
+        // The subnet route comes when the link is up, as in the kernel.
+        assert!(host.routes(NsId::Container).is_empty());
+        c.set_link("eth0", &LinkSettings::up()).unwrap();
         assert_eq!(
             host.routes(NsId::Container),
             ["10.0.0.0/24 dev eth0 src 10.0.0.2 scope 253"]
@@ -2135,7 +1827,7 @@ mod tests {
         };
         assert!(matches!(
             c.add_route(&via("0.0.0.0/0", "10.9.0.1")),
-            Err(NetError::Kernel(-101, _))
+            Err(NetError::Kernel(101, _))
         ));
         c.add_route(&via("0.0.0.0/0", "10.0.0.1")).unwrap();
         assert!(c
