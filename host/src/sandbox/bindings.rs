@@ -1,10 +1,11 @@
 //! The only place the host's bindings are generated from `wit/`.
 //!
 //! Every import is `trappable`: a host function returns
-//! `wasmtime::Result<T>`, where `Ok` carries the WIT value (including WIT
-//! `result` errors the plugin is expected to handle) and `Err` traps the
-//! plugin — reserved for host bugs and exhausted budgets, never for ordinary
-//! failures like "link not found".
+//! `wasmtime::Result<T>`, where `Ok` carries the WIT value and `Err` traps
+//! the plugin — reserved for host bugs and exhausted budgets, never for
+//! ordinary failures like "link not found". A function whose WIT result has
+//! an error variant returns `Result<T, Fail<E>>` instead (`fail.rs`), which
+//! carries either.
 //!
 //! Two contract versions are served (`wit/README.md`): the current one,
 //! `cni:plugin@0.2.0`, from `wit/`, and every released one before it from
@@ -17,6 +18,14 @@ wasmtime::component::bindgen!({
     path: "../wit",
     world: "plugin-host",
     imports: { default: trappable },
+    // An import body returns `Result<T, Fail<E>>` (`fail.rs`): `?` carries
+    // both the plugin's error and a trap.
+    trappable_error_type: {
+        "cni:plugin/network.net-error" => crate::sandbox::fail::NetFail,
+        "cni:plugin/filter.filter-error" => crate::sandbox::fail::FilterFail,
+        "cni:plugin/store.store-error" => crate::sandbox::fail::StoreFail,
+        "cni:plugin/files.file-error" => crate::sandbox::fail::FileFail,
+    },
     additional_derives: [serde::Serialize, serde::Deserialize],
     with: {
         // Namespace handles are host objects in the store's ResourceTable;

@@ -8,12 +8,17 @@
 //! the way to the plugin and arrives as `none` on the way to the host. Only
 //! components built against an older version pay for it, and their imports
 //! are microseconds next to the kernel work they ask for.
+//!
+//! The released bindings keep wasmtime's plain shape (a trap outside, the
+//! WIT error inside); [`split`] turns a current import's `Result<T, Fail<E>>`
+//! into it, so a trap stays a trap in every version.
 
 use serde::{de::DeserializeOwned, Serialize};
 use wasmtime::component::Resource;
 
 use super::bindings::cni::plugin as now;
 use super::bindings::v0_1_0::cni::plugin as v0_1;
+use super::fail::split;
 use super::host_network::NetnsHandle;
 use super::state::Ctx;
 
@@ -81,34 +86,34 @@ type StoreR<T> = R1<T, v0_1::store::StoreError>;
 
 impl v0_1::store::Host for Ctx {
     fn reserve(&mut self, key: String) -> StoreR<bool> {
-        adapt(now::store::Host::reserve(self, key)?)
+        adapt(split(now::store::Host::reserve(self, key))?)
     }
     fn release_by_owner(&mut self) -> StoreR<Vec<String>> {
-        adapt(now::store::Host::release_by_owner(self)?)
+        adapt(split(now::store::Host::release_by_owner(self))?)
     }
     fn release(&mut self, key: String) -> StoreR<bool> {
-        adapt(now::store::Host::release(self, key)?)
+        adapt(split(now::store::Host::release(self, key))?)
     }
     fn get_by_owner(&mut self) -> StoreR<Vec<String>> {
-        adapt(now::store::Host::get_by_owner(self)?)
+        adapt(split(now::store::Host::get_by_owner(self))?)
     }
     fn list(&mut self) -> StoreR<Vec<v0_1::store::Entry>> {
-        adapt(now::store::Host::list(self)?)
+        adapt(split(now::store::Host::list(self))?)
     }
     fn now(&mut self) -> wasmtime::Result<u64> {
         now::store::Host::now(self)
     }
     fn get_value(&mut self, name: String) -> StoreR<Option<String>> {
-        adapt(now::store::Host::get_value(self, name)?)
+        adapt(split(now::store::Host::get_value(self, name))?)
     }
     fn set_value(&mut self, name: String, value: Option<String>) -> StoreR<()> {
-        adapt(now::store::Host::set_value(self, name, value)?)
+        adapt(split(now::store::Host::set_value(self, name, value))?)
     }
 }
 
 impl v0_1::files::Host for Ctx {
     fn read_config_file(&mut self, path: String) -> R1<String, v0_1::files::FileError> {
-        adapt(now::files::Host::read_config_file(self, path)?)
+        adapt(split(now::files::Host::read_config_file(self, path))?)
     }
 }
 
@@ -116,22 +121,22 @@ type FilterR = R1<(), v0_1::filter::FilterError>;
 
 impl v0_1::filter::Host for Ctx {
     fn add(&mut self, rules: Vec<v0_1::filter::Rule>) -> FilterR {
-        adapt(now::filter::Host::add(self, adapt(rules)?)?)
+        adapt(split(now::filter::Host::add(self, adapt(rules)?))?)
     }
     fn check(&mut self, rules: Vec<v0_1::filter::Rule>) -> FilterR {
-        adapt(now::filter::Host::check(self, adapt(rules)?)?)
+        adapt(split(now::filter::Host::check(self, adapt(rules)?))?)
     }
     fn remove(&mut self, rules: Vec<v0_1::filter::Rule>) -> FilterR {
-        adapt(now::filter::Host::remove(self, adapt(rules)?)?)
+        adapt(split(now::filter::Host::remove(self, adapt(rules)?))?)
     }
 }
 
 impl v0_1::network::Host for Ctx {
     fn container_netns(&mut self) -> NetR<Ns> {
-        handle(now::network::Host::container_netns(self)?)
+        handle(split(now::network::Host::container_netns(self))?)
     }
     fn node_netns(&mut self) -> NetR<Ns> {
-        handle(now::network::Host::node_netns(self)?)
+        handle(split(now::network::Host::node_netns(self))?)
     }
 }
 
@@ -156,12 +161,12 @@ impl v0_1::network::HostNetns for Ctx {
         mtu: Option<u32>,
         mac: Option<String>,
     ) -> NetR<Link> {
-        adapt(NowNs::create_veth(
+        adapt(split(NowNs::create_veth(
             self, ns, name, peer_name, peer_ns, mtu, mac,
-        )?)
+        ))?)
     }
     fn ensure_bridge(&mut self, ns: Ns, name: String, mtu: Option<u32>) -> NetR<Link> {
-        adapt(NowNs::ensure_bridge(self, ns, name, mtu)?)
+        adapt(split(NowNs::ensure_bridge(self, ns, name, mtu))?)
     }
     fn create_macvlan(
         &mut self,
@@ -174,9 +179,9 @@ impl v0_1::network::HostNetns for Ctx {
         target: Ns,
     ) -> NetR<Link> {
         let mode = adapt(mode)?;
-        adapt(NowNs::create_macvlan(
+        adapt(split(NowNs::create_macvlan(
             self, ns, name, master, mode, mtu, mac, target,
-        )?)
+        ))?)
     }
     fn create_macvtap(
         &mut self,
@@ -189,9 +194,9 @@ impl v0_1::network::HostNetns for Ctx {
         target: Ns,
     ) -> NetR<Link> {
         let mode = adapt(mode)?;
-        adapt(NowNs::create_macvtap(
+        adapt(split(NowNs::create_macvtap(
             self, ns, name, master, mode, mtu, mac, target,
-        )?)
+        ))?)
     }
     fn create_tap(
         &mut self,
@@ -203,7 +208,7 @@ impl v0_1::network::HostNetns for Ctx {
         owner: Option<u32>,
         group: Option<u32>,
     ) -> NetR<Link> {
-        adapt(NowNs::create_tap(
+        adapt(split(NowNs::create_tap(
             self,
             ns,
             name,
@@ -212,68 +217,68 @@ impl v0_1::network::HostNetns for Ctx {
             multi_queue,
             owner,
             group,
-        )?)
+        ))?)
     }
     fn link_by_name(&mut self, ns: Ns, name: String) -> NetR<Link> {
-        adapt(NowNs::link_by_name(self, ns, name)?)
+        adapt(split(NowNs::link_by_name(self, ns, name))?)
     }
     fn link_by_index(&mut self, ns: Ns, index: u32) -> NetR<Link> {
-        adapt(NowNs::link_by_index(self, ns, index)?)
+        adapt(split(NowNs::link_by_index(self, ns, index))?)
     }
     fn list_links(&mut self, ns: Ns) -> NetR<Vec<Link>> {
-        adapt(NowNs::list_links(self, ns)?)
+        adapt(split(NowNs::list_links(self, ns))?)
     }
     fn set_link(&mut self, ns: Ns, name: String, settings: LinkSettings) -> NetR<Link> {
         let settings = adapt(settings)?;
-        adapt(NowNs::set_link(self, ns, name, settings)?)
+        adapt(split(NowNs::set_link(self, ns, name, settings))?)
     }
     fn delete_link(&mut self, ns: Ns, name: String) -> NetR<()> {
-        adapt(NowNs::delete_link(self, ns, name)?)
+        adapt(split(NowNs::delete_link(self, ns, name))?)
     }
     fn add_address(&mut self, ns: Ns, link: String, address: Address) -> NetR<()> {
         let address = adapt(address)?;
-        adapt(NowNs::add_address(self, ns, link, address)?)
+        adapt(split(NowNs::add_address(self, ns, link, address))?)
     }
     fn del_address(&mut self, ns: Ns, link: String, address: Address) -> NetR<()> {
         let address = adapt(address)?;
-        adapt(NowNs::del_address(self, ns, link, address)?)
+        adapt(split(NowNs::del_address(self, ns, link, address))?)
     }
     fn list_addresses(&mut self, ns: Ns, link: String) -> NetR<Vec<Address>> {
-        adapt(NowNs::list_addresses(self, ns, link)?)
+        adapt(split(NowNs::list_addresses(self, ns, link))?)
     }
     fn add_route(&mut self, ns: Ns, route: RouteSpec) -> NetR<()> {
         let route = adapt(route)?;
-        adapt(NowNs::add_route(self, ns, route)?)
+        adapt(split(NowNs::add_route(self, ns, route))?)
     }
     fn del_route(&mut self, ns: Ns, route: RouteSpec) -> NetR<()> {
         let route = adapt(route)?;
-        adapt(NowNs::del_route(self, ns, route)?)
+        adapt(split(NowNs::del_route(self, ns, route))?)
     }
     fn list_routes(&mut self, ns: Ns, link: String, table: Option<u32>) -> NetR<Vec<RouteSpec>> {
-        adapt(NowNs::list_routes(self, ns, link, table)?)
+        adapt(split(NowNs::list_routes(self, ns, link, table))?)
     }
     fn create_ifb(&mut self, ns: Ns, name: String, mtu: Option<u32>) -> NetR<Link> {
-        adapt(NowNs::create_ifb(self, ns, name, mtu)?)
+        adapt(split(NowNs::create_ifb(self, ns, name, mtu))?)
     }
     fn limit_rate(&mut self, ns: Ns, link: String, limit: RateLimit) -> NetR<()> {
         let limit = adapt(limit)?;
-        adapt(NowNs::limit_rate(self, ns, link, limit)?)
+        adapt(split(NowNs::limit_rate(self, ns, link, limit))?)
     }
     fn has_rate_limit(&mut self, ns: Ns, link: String, limit: RateLimit) -> NetR<bool> {
         let limit = adapt(limit)?;
-        adapt(NowNs::has_rate_limit(self, ns, link, limit)?)
+        adapt(split(NowNs::has_rate_limit(self, ns, link, limit))?)
     }
     fn redirect_ingress(&mut self, ns: Ns, link: String, to: String) -> NetR<()> {
-        adapt(NowNs::redirect_ingress(self, ns, link, to)?)
+        adapt(split(NowNs::redirect_ingress(self, ns, link, to))?)
     }
     fn list_qdiscs(&mut self, ns: Ns, link: String) -> NetR<Vec<Qdisc>> {
-        adapt(NowNs::list_qdiscs(self, ns, link)?)
+        adapt(split(NowNs::list_qdiscs(self, ns, link))?)
     }
     fn get_sysctl(&mut self, ns: Ns, key: String) -> NetR<String> {
-        adapt(NowNs::get_sysctl(self, ns, key)?)
+        adapt(split(NowNs::get_sysctl(self, ns, key))?)
     }
     fn set_sysctl(&mut self, ns: Ns, key: String, value: String) -> NetR<()> {
-        adapt(NowNs::set_sysctl(self, ns, key, value)?)
+        adapt(split(NowNs::set_sysctl(self, ns, key, value))?)
     }
     fn drop(&mut self, ns: Ns) -> wasmtime::Result<()> {
         NowNs::drop(self, ns)

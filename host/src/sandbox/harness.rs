@@ -33,6 +33,7 @@ use super::bindings::cni::plugin::network::{
     RateLimit as WitRateLimit, RouteSpec,
 };
 use super::bindings::cni::plugin::store::Host as StoreHost;
+use super::fail::split;
 use super::host_network::NetnsHandle;
 use super::limits::MemoryCap;
 use super::policy::ConfigGrants;
@@ -767,9 +768,9 @@ impl ImportHarness {
             }
             Import::ContainerNetns | Import::NodeNetns => {
                 let r = if matches!(import, Import::ContainerNetns) {
-                    NetworkHost::container_netns(c)
+                    split(NetworkHost::container_netns(c))
                 } else {
-                    NetworkHost::node_netns(c)
+                    split(NetworkHost::node_netns(c))
                 };
                 match r {
                     Ok(Ok(res)) => {
@@ -795,12 +796,21 @@ impl ImportHarness {
                 mac,
             } => {
                 let (a, b) = (self.ns(ns), self.ns(peer_ns));
-                HostNetns::create_veth(&mut self.ctx, a, name, peer, b, mtu, mac)
-                    .map(|r| format!("{r:?}"))
+                split(HostNetns::create_veth(
+                    &mut self.ctx,
+                    a,
+                    name,
+                    peer,
+                    b,
+                    mtu,
+                    mac,
+                ))
+                .map(|r| format!("{r:?}"))
             }
             Import::EnsureBridge { ns, name, mtu } => {
                 let a = self.ns(ns);
-                HostNetns::ensure_bridge(&mut self.ctx, a, name, mtu).map(|r| format!("{r:?}"))
+                split(HostNetns::ensure_bridge(&mut self.ctx, a, name, mtu))
+                    .map(|r| format!("{r:?}"))
             }
             Import::CreateMacvlan {
                 ns,
@@ -820,9 +830,27 @@ impl ImportHarness {
                     _ => MacvlanMode::Passthru,
                 };
                 let r = if tap {
-                    HostNetns::create_macvtap(&mut self.ctx, a, name, master, mode, mtu, mac, t)
+                    split(HostNetns::create_macvtap(
+                        &mut self.ctx,
+                        a,
+                        name,
+                        master,
+                        mode,
+                        mtu,
+                        mac,
+                        t,
+                    ))
                 } else {
-                    HostNetns::create_macvlan(&mut self.ctx, a, name, master, mode, mtu, mac, t)
+                    split(HostNetns::create_macvlan(
+                        &mut self.ctx,
+                        a,
+                        name,
+                        master,
+                        mode,
+                        mtu,
+                        mac,
+                        t,
+                    ))
                 };
                 r.map(|r| format!("{r:?}"))
             }
@@ -835,8 +863,16 @@ impl ImportHarness {
                 target,
             } => {
                 let (a, t) = (self.ns(ns), self.ns(target));
-                HostNetns::create_vlan(&mut self.ctx, a, name, master, vlan_id, mtu, t)
-                    .map(|r| format!("{r:?}"))
+                split(HostNetns::create_vlan(
+                    &mut self.ctx,
+                    a,
+                    name,
+                    master,
+                    vlan_id,
+                    mtu,
+                    t,
+                ))
+                .map(|r| format!("{r:?}"))
             }
             Import::CreateIpvlan {
                 ns,
@@ -852,8 +888,16 @@ impl ImportHarness {
                     1 => IpvlanMode::L3,
                     _ => IpvlanMode::L3s,
                 };
-                HostNetns::create_ipvlan(&mut self.ctx, a, name, master, mode, mtu, t)
-                    .map(|r| format!("{r:?}"))
+                split(HostNetns::create_ipvlan(
+                    &mut self.ctx,
+                    a,
+                    name,
+                    master,
+                    mode,
+                    mtu,
+                    t,
+                ))
+                .map(|r| format!("{r:?}"))
             }
             Import::CreateTap {
                 ns,
@@ -865,20 +909,29 @@ impl ImportHarness {
                 group,
             } => {
                 let a = self.ns(ns);
-                HostNetns::create_tap(&mut self.ctx, a, name, mtu, mac, multi_queue, owner, group)
-                    .map(|r| format!("{r:?}"))
+                split(HostNetns::create_tap(
+                    &mut self.ctx,
+                    a,
+                    name,
+                    mtu,
+                    mac,
+                    multi_queue,
+                    owner,
+                    group,
+                ))
+                .map(|r| format!("{r:?}"))
             }
             Import::LinkByName(ns, name) => {
                 let a = self.ns(ns);
-                HostNetns::link_by_name(&mut self.ctx, a, name).map(|r| format!("{r:?}"))
+                split(HostNetns::link_by_name(&mut self.ctx, a, name)).map(|r| format!("{r:?}"))
             }
             Import::LinkByIndex(ns, index) => {
                 let a = self.ns(ns);
-                HostNetns::link_by_index(&mut self.ctx, a, index).map(|r| format!("{r:?}"))
+                split(HostNetns::link_by_index(&mut self.ctx, a, index)).map(|r| format!("{r:?}"))
             }
             Import::ListLinks(ns) => {
                 let a = self.ns(ns);
-                HostNetns::list_links(&mut self.ctx, a).map(|r| format!("{r:?}"))
+                split(HostNetns::list_links(&mut self.ctx, a)).map(|r| format!("{r:?}"))
             }
             Import::SetLink {
                 ns,
@@ -903,60 +956,78 @@ impl ImportHarness {
                     txqlen,
                     hairpin,
                 };
-                HostNetns::set_link(&mut self.ctx, a, name, settings).map(|r| format!("{r:?}"))
+                split(HostNetns::set_link(&mut self.ctx, a, name, settings))
+                    .map(|r| format!("{r:?}"))
             }
             Import::DeleteLink(ns, name) => {
                 let a = self.ns(ns);
-                HostNetns::delete_link(&mut self.ctx, a, name).map(|r| format!("{r:?}"))
+                split(HostNetns::delete_link(&mut self.ctx, a, name)).map(|r| format!("{r:?}"))
             }
             Import::AddAddress(ns, link, cidr) => {
                 let a = self.ns(ns);
-                HostNetns::add_address(&mut self.ctx, a, link, Address { cidr })
-                    .map(|r| format!("{r:?}"))
+                split(HostNetns::add_address(
+                    &mut self.ctx,
+                    a,
+                    link,
+                    Address { cidr },
+                ))
+                .map(|r| format!("{r:?}"))
             }
             Import::DelAddress(ns, link, cidr) => {
                 let a = self.ns(ns);
-                HostNetns::del_address(&mut self.ctx, a, link, Address { cidr })
-                    .map(|r| format!("{r:?}"))
+                split(HostNetns::del_address(
+                    &mut self.ctx,
+                    a,
+                    link,
+                    Address { cidr },
+                ))
+                .map(|r| format!("{r:?}"))
             }
             Import::ListAddresses(ns, link) => {
                 let a = self.ns(ns);
-                HostNetns::list_addresses(&mut self.ctx, a, link).map(|r| format!("{r:?}"))
+                split(HostNetns::list_addresses(&mut self.ctx, a, link)).map(|r| format!("{r:?}"))
             }
             Import::AddRoute(ns, route) => {
                 let a = self.ns(ns);
-                HostNetns::add_route(&mut self.ctx, a, route.to_wit()).map(|r| format!("{r:?}"))
+                split(HostNetns::add_route(&mut self.ctx, a, route.to_wit()))
+                    .map(|r| format!("{r:?}"))
             }
             Import::DelRoute(ns, route) => {
                 let a = self.ns(ns);
-                HostNetns::del_route(&mut self.ctx, a, route.to_wit()).map(|r| format!("{r:?}"))
+                split(HostNetns::del_route(&mut self.ctx, a, route.to_wit()))
+                    .map(|r| format!("{r:?}"))
             }
             Import::ListRoutes(ns, link, table) => {
                 let a = self.ns(ns);
-                HostNetns::list_routes(&mut self.ctx, a, link, table).map(|r| format!("{r:?}"))
+                split(HostNetns::list_routes(&mut self.ctx, a, link, table))
+                    .map(|r| format!("{r:?}"))
             }
             Import::GetSysctl(ns, key) => {
                 let a = self.ns(ns);
-                HostNetns::get_sysctl(&mut self.ctx, a, key).map(|r| format!("{r:?}"))
+                split(HostNetns::get_sysctl(&mut self.ctx, a, key)).map(|r| format!("{r:?}"))
             }
             Import::SetSysctl(ns, key, value) => {
                 let a = self.ns(ns);
-                HostNetns::set_sysctl(&mut self.ctx, a, key, value).map(|r| format!("{r:?}"))
+                split(HostNetns::set_sysctl(&mut self.ctx, a, key, value)).map(|r| format!("{r:?}"))
             }
-            Import::Reserve(key) => StoreHost::reserve(c, key).map(|r| format!("{r:?}")),
-            Import::ReleaseByOwner => StoreHost::release_by_owner(c).map(|r| format!("{r:?}")),
-            Import::Release(key) => StoreHost::release(c, key).map(|r| format!("{r:?}")),
-            Import::GetByOwner => StoreHost::get_by_owner(c).map(|r| format!("{r:?}")),
+            Import::Reserve(key) => split(StoreHost::reserve(c, key)).map(|r| format!("{r:?}")),
+            Import::ReleaseByOwner => {
+                split(StoreHost::release_by_owner(c)).map(|r| format!("{r:?}"))
+            }
+            Import::Release(key) => split(StoreHost::release(c, key)).map(|r| format!("{r:?}")),
+            Import::GetByOwner => split(StoreHost::get_by_owner(c)).map(|r| format!("{r:?}")),
             Import::ListEntries => {
-                StoreHost::list(c).map(|r| format!("{} entries", r.map_or(0, |v| v.len())))
+                split(StoreHost::list(c)).map(|r| format!("{} entries", r.map_or(0, |v| v.len())))
             }
             Import::Now => StoreHost::now(c).map(|r| r.to_string()),
-            Import::GetValue(name) => StoreHost::get_value(c, name).map(|r| format!("{r:?}")),
+            Import::GetValue(name) => {
+                split(StoreHost::get_value(c, name)).map(|r| format!("{r:?}"))
+            }
             Import::SetValue(name, value) => {
-                StoreHost::set_value(c, name, value).map(|r| format!("{r:?}"))
+                split(StoreHost::set_value(c, name, value)).map(|r| format!("{r:?}"))
             }
             Import::ReadConfigFile(path) => {
-                FilesHost::read_config_file(c, path).map(|r| format!("{r:?}"))
+                split(FilesHost::read_config_file(c, path)).map(|r| format!("{r:?}"))
             }
             Import::Ipam(op) => match op % 5 {
                 0 => IpamHost::add(c).map(|r| format!("{r:?}")),
@@ -968,28 +1039,34 @@ impl ImportHarness {
             Import::Filter(op, rules) => {
                 let rules: Vec<WitRule> = rules.iter().map(FilterRule::to_wit).collect();
                 let r = match op % 3 {
-                    0 => FilterHost::add(c, rules),
-                    1 => FilterHost::check(c, rules),
-                    _ => FilterHost::remove(c, rules),
+                    0 => split(FilterHost::add(c, rules)),
+                    1 => split(FilterHost::check(c, rules)),
+                    _ => split(FilterHost::remove(c, rules)),
                 };
                 r.map(|r| format!("{r:?}"))
             }
             Import::CreateIfb(ns, name, mtu) => {
                 let a = self.ns(ns);
-                HostNetns::create_ifb(&mut self.ctx, a, name, mtu).map(|r| format!("{r:?}"))
+                split(HostNetns::create_ifb(&mut self.ctx, a, name, mtu)).map(|r| format!("{r:?}"))
             }
             Import::LimitRate(ns, link, rate, burst) => {
                 let a = self.ns(ns);
-                HostNetns::limit_rate(&mut self.ctx, a, link, WitRateLimit { rate, burst })
-                    .map(|r| format!("{r:?}"))
+                split(HostNetns::limit_rate(
+                    &mut self.ctx,
+                    a,
+                    link,
+                    WitRateLimit { rate, burst },
+                ))
+                .map(|r| format!("{r:?}"))
             }
             Import::RedirectIngress(ns, link, to) => {
                 let a = self.ns(ns);
-                HostNetns::redirect_ingress(&mut self.ctx, a, link, to).map(|r| format!("{r:?}"))
+                split(HostNetns::redirect_ingress(&mut self.ctx, a, link, to))
+                    .map(|r| format!("{r:?}"))
             }
             Import::ListQdiscs(ns, link) => {
                 let a = self.ns(ns);
-                HostNetns::list_qdiscs(&mut self.ctx, a, link).map(|r| format!("{r:?}"))
+                split(HostNetns::list_qdiscs(&mut self.ctx, a, link)).map(|r| format!("{r:?}"))
             }
         };
         out.map_err(|e| format!("{e:#}"))

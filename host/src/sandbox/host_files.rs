@@ -10,6 +10,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::bindings::cni::plugin::files::{FileError, Host};
+use super::fail::FileFail;
 use super::state::Ctx;
 
 /// Config keys (JSON pointers) whose string value names a file the plugin
@@ -57,14 +58,19 @@ fn read_small(path: &Path) -> Result<String, String> {
 }
 
 impl Host for Ctx {
-    fn read_config_file(&mut self, path: String) -> wasmtime::Result<Result<String, FileError>> {
+    fn convert_file_error(&mut self, e: FileFail) -> wasmtime::Result<FileError> {
+        e.into_wit()
+    }
+
+    fn read_config_file(&mut self, path: String) -> Result<String, FileFail> {
         self.charge()?;
         if !self.config_files.contains(&path) {
-            return Ok(Err(FileError::Refused(format!(
+            return Err(FileError::Refused(format!(
                 "{path:?} is not a file this plugin's config names"
-            ))));
+            ))
+            .into());
         }
-        Ok(read_small(Path::new(&path)).map_err(FileError::Io))
+        Ok(read_small(Path::new(&path)).map_err(FileError::Io)?)
     }
 }
 

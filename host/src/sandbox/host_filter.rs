@@ -8,6 +8,7 @@ use std::time::Instant;
 use super::bindings::cni::plugin::filter::{
     FilterError as WitError, Host, Protocol as WitProto, Rule as WitRule,
 };
+use super::fail::FilterFail;
 use super::host_network::{verify_created, FilterAccess, NetAccess};
 use super::live;
 use super::policy::{FilterNeed, FilterOp, Side};
@@ -19,7 +20,7 @@ use crate::net::{self, parse_mac, NsRef};
 /// Rules one call may name.
 const MAX_RULES: usize = 64;
 
-type R<T> = wasmtime::Result<Result<T, WitError>>;
+type R<T> = Result<T, FilterFail>;
 
 fn ip(s: &str, what: &str) -> Result<IpAddr, WitError> {
     s.parse()
@@ -93,26 +94,24 @@ impl Ctx {
         self.charge()?;
         let access = match self.access() {
             Ok(a) => a.clone(),
-            Err(_) => return Ok(Err(self.refuse_filter("no network access in this call"))),
+            Err(_) => return Err(self.refuse_filter("no network access in this call").into()),
         };
         let Some(fa) = access.filter.clone() else {
-            return Ok(Err(
-                self.refuse_filter("no packet-filter access in this call")
-            ));
+            return Err(self
+                .refuse_filter("no packet-filter access in this call")
+                .into());
         };
         if rules.len() > MAX_RULES {
-            return Ok(Err(WitError::Invalid(format!(
+            return Err(WitError::Invalid(format!(
                 "{} rules in one call; at most {MAX_RULES}",
                 rules.len()
-            ))));
+            ))
+            .into());
         }
-        let mut parsed = Vec::with_capacity(rules.len());
-        for r in rules {
-            match rule_from_wit(r) {
-                Ok(r) => parsed.push(r),
-                Err(e) => return Ok(Err(e)),
-            }
-        }
+        let parsed = rules
+            .into_iter()
+            .map(rule_from_wit)
+            .collect::<Result<Vec<_>, _>>()?;
         if op == FilterOp::Add {
             use super::limits::caps;
             let cap = caps::RULES + caps::RULES_PER_PORT_MAPPING * access.ports.len();
@@ -122,22 +121,24 @@ impl Ctx {
                 .map(|l| l.filter_added.len())
                 .unwrap_or(0);
             if added + parsed.len() > cap {
-                return Ok(Err(self.refuse_filter(&format!(
+                return Err(self
+                    .refuse_filter(&format!(
                     "{} more rules: an attachment may add at most {cap} ({} and {} per port mapping the runtime asked for; the host's cap per attachment), it has {added}",
                     parsed.len(),
                     caps::RULES,
-                    caps::RULES_PER_PORT_MAPPING
-                ))));
+                        caps::RULES_PER_PORT_MAPPING
+                    ))
+                    .into());
             }
         }
         let grants = self.grants(&access);
         for rule in &parsed {
             let need = match grants.filter(rule, op) {
                 Ok(n) => n,
-                Err(why) => return Ok(Err(self.refuse_filter(&why))),
+                Err(why) => return Err(self.refuse_filter(&why).into()),
             };
             if let Err(why) = self.confirm(&access, need) {
-                return Ok(Err(self.refuse_filter(&why)));
+                return Err(self.refuse_filter(&why).into());
             }
         }
         if self.inject(|| {
@@ -146,14 +147,15 @@ impl Ctx {
                 parsed.first().map(ToString::to_string).unwrap_or_default()
             )
         }) {
-            return Ok(Err(WitError::Kernel((
+            return Err(WitError::Kernel((
                 super::faults::ENOMEM,
                 "Cannot allocate memory (injected)".into(),
-            ))));
+            ))
+            .into());
         }
         let mut backend = match fa.backend.lock() {
             Ok(b) => b,
-            Err(_) => return Err(wasmtime::Error::msg("filter backend poisoned")),
+            Err(_) => return Err(wasmtime::Error::msg("filter backend poisoned").into()),
         };
         let started = Instant::now();
         let what = || {
@@ -179,34 +181,31 @@ impl Ctx {
     ) -> R<()> {
         match op {
             FilterOp::Add => {
-                let fresh = match backend.add(&fa.tag, parsed) {
-                    Ok(f) => f,
-                    Err(e) => return Ok(Err(to_wit(e, fa))),
-                };
+                let fresh = backend.add(&fa.tag, parsed).map_err(|e| to_wit(e, fa))?;
                 // The host's own settings for these rules (route_localnet)
                 // are made when the ADD completes, in its scope and
                 // recorded with it (chain/effects.rs).
                 if let Ok(mut l) = access.ledger.lock() {
                     l.filter_added.extend(fresh);
                 }
-                Ok(Ok(()))
+                Ok(())
             }
             FilterOp::Check => {
-                let present = match backend.present(&fa.tag, parsed) {
-                    Ok(p) => p,
-                    Err(e) => return Ok(Err(to_wit(e, fa))),
-                };
+                let present = backend
+                    .present(&fa.tag, parsed)
+                    .map_err(|e| to_wit(e, fa))?;
                 match parsed.iter().zip(present).find(|(_, there)| !there) {
-                    Some((rule, _)) => Ok(Err(WitError::Missing(format!(
+                    Some((rule, _)) => Err(WitError::Missing(format!(
                         "rule {rule} of this attachment is not in the node's ruleset"
-                    )))),
-                    None => Ok(Ok(())),
+                    ))
+                    .into()),
+                    None => Ok(()),
                 }
             }
-            FilterOp::Remove => match backend.remove(&fa.tag, parsed) {
-                Ok(_) => Ok(Ok(())),
-                Err(e) => Ok(Err(to_wit(e, fa))),
-            },
+            FilterOp::Remove => {
+                backend.remove(&fa.tag, parsed).map_err(|e| to_wit(e, fa))?;
+                Ok(())
+            }
         }
     }
 
@@ -251,6 +250,10 @@ impl Ctx {
 }
 
 impl Host for Ctx {
+    fn convert_filter_error(&mut self, e: FilterFail) -> wasmtime::Result<WitError> {
+        e.into_wit()
+    }
+
     fn add(&mut self, rules: Vec<WitRule>) -> R<()> {
         self.filter_call(rules, FilterOp::Add)
     }

@@ -16,6 +16,7 @@ use super::bindings::cni::plugin::network::{
     MacvlanMode as WitMode, NetError as WitError, Qdisc as WitQdisc, RateLimit as WitRateLimit,
     RouteSpec,
 };
+use super::fail::NetFail;
 use super::live;
 use super::policy::{describe, Ask, Basis, ConfigGrants, Grants, PortGrant, Side};
 use super::state::Ctx;
@@ -212,7 +213,7 @@ pub struct FilterAccess {
     pub holder: Holder,
 }
 
-type R<T> = wasmtime::Result<Result<T, WitError>>;
+type R<T> = Result<T, NetFail>;
 
 fn to_wit(e: NetError) -> WitError {
     match e {
@@ -374,14 +375,11 @@ impl Ctx {
         if asks.iter().any(|a| !matches!(a, Ask::Read)) {
             self.acted = true;
         }
-        let access = match self.access() {
-            Ok(a) => a.clone(),
-            Err(e) => return Ok(Err(e)),
-        };
+        let access = self.access()?.clone();
         let grants = self.grants(&access);
         let mut backend = match access.backend.lock() {
             Ok(b) => b,
-            Err(_) => return Err(wasmtime::Error::msg("network backend poisoned")),
+            Err(_) => return Err(wasmtime::Error::msg("network backend poisoned").into()),
         };
         let mut journal = Journal::default();
         for ask in asks {
@@ -398,11 +396,11 @@ impl Ctx {
                             Err(NetError::NotFound(_))
                         ) =>
                     {
-                        return Ok(Err(WitError::NotFound(format!("link {name:?}"))))
+                        return Err(WitError::NotFound(format!("link {name:?}")).into())
                     }
                     _ => {
                         self.record("netlink", || why.clone(), Instant::now(), true);
-                        return Ok(Err(self.refuse(why)));
+                        return Err(self.refuse(why).into());
                     }
                 },
             };
@@ -412,7 +410,7 @@ impl Ctx {
                 if !self.verified.contains(&key) {
                     if let Err(e) = verify_created(backend.as_mut(), &access, side, ns, name, id) {
                         log::warn(format_args!("plugin {}: {e}", self.plugin));
-                        return Ok(Err(to_wit(e)));
+                        return Err(to_wit(e).into());
                     }
                     // Checked once per call: the plugin's own deletes clear
                     // this (a veth takes its peer along).
@@ -431,13 +429,14 @@ impl Ctx {
         if let Some(why) = made.over(&more) {
             let why = format!("{}: {why}", describe(asks));
             self.record("netlink", || why.clone(), Instant::now(), true);
-            return Ok(Err(self.refuse(why)));
+            return Err(self.refuse(why).into());
         }
         if self.inject(|| describe(asks)) {
-            return Ok(Err(WitError::Kernel((
+            return Err(WitError::Kernel((
                 super::faults::ENOMEM,
                 "Cannot allocate memory (injected)".into(),
-            ))));
+            ))
+            .into());
         }
         let started = Instant::now();
         let done = op(backend.as_mut(), &journal);
@@ -453,9 +452,9 @@ impl Ctx {
                     l.changes.extend(changes);
                     l.made.add(&more);
                 }
-                Ok(Ok(value))
+                Ok(value)
             }
-            Err(e) => Ok(Err(to_wit(e))),
+            Err(e) => Err(to_wit(e).into()),
         }
     }
 
@@ -488,14 +487,11 @@ impl Ctx {
 
     fn open_ns(&mut self, side: Side) -> R<Resource<NetnsHandle>> {
         self.charge()?;
-        let access = match self.access() {
-            Ok(a) => a.clone(),
-            Err(e) => return Ok(Err(e)),
-        };
+        let access = self.access()?.clone();
         let opened = {
             let mut net = match access.backend.lock() {
                 Ok(b) => b,
-                Err(_) => return Err(wasmtime::Error::msg("network backend poisoned")),
+                Err(_) => return Err(wasmtime::Error::msg("network backend poisoned").into()),
             };
             let node = net.open(NsRef::Current);
             match side {
@@ -521,9 +517,12 @@ impl Ctx {
             }
         };
         match opened {
-            Ok(id) => Ok(Ok(self.table.push(NetnsHandle { side, id })?)),
-            Err(NetError::Invalid(why)) => Ok(Err(self.refuse(why))),
-            Err(e) => Ok(Err(to_wit(e))),
+            Ok(id) => Ok(self
+                .table
+                .push(NetnsHandle { side, id })
+                .map_err(wasmtime::Error::from)?),
+            Err(NetError::Invalid(why)) => Err(self.refuse(why).into()),
+            Err(e) => Err(to_wit(e).into()),
         }
     }
 }
@@ -580,6 +579,10 @@ fn restore_of(net: &mut dyn Net, ns: NsId, before: &LinkInfo, change: &LinkChang
 }
 
 impl Host for Ctx {
+    fn convert_net_error(&mut self, e: NetFail) -> wasmtime::Result<WitError> {
+        e.into_wit()
+    }
+
     fn container_netns(&mut self) -> R<Resource<NetnsHandle>> {
         self.open_ns(Side::Container)
     }
@@ -606,8 +609,8 @@ impl HostNetns for Ctx {
             let link = net.create_veth(id, &name, &peer_name, peer_id, mtu, mac.as_deref())?;
             let peer = net.link_by_name(peer_id, &peer_name);
             Ok(((link, peer), Vec::new()))
-        })?;
-        Ok(out.map(|(link, peer)| {
+        });
+        out.map(|(link, peer)| {
             // Both ends in one update (one write of the pending record).
             self.update_created(|c| {
                 c.side_mut(side).insert(link.name.clone(), link.id());
@@ -621,7 +624,7 @@ impl HostNetns for Ctx {
                 }
             });
             link_to_wit(link)
-        }))
+        })
     }
 
     fn ensure_bridge(
@@ -649,18 +652,18 @@ impl HostNetns for Ctx {
                     }),
                 };
                 Ok((bridge, undo.into_iter().collect()))
-            })?,
+            }),
             Side::Container => {
                 let out = self.act(&asks, |net, _| {
                     Ok((net.ensure_bridge(id, &name, mtu)?, Vec::new()))
-                })?;
+                });
                 if let Ok(link) = &out {
                     self.record_created(side, link);
                 }
                 out
             }
         };
-        Ok(out.map(link_to_wit))
+        out.map(link_to_wit)
     }
 
     fn create_macvlan(
@@ -736,36 +739,33 @@ impl HostNetns for Ctx {
         let out = self.act(&[Ask::CreateTap(side, &name, owner, group)], |net, _| {
             let link = net.create_tap(id, &name, mtu, mac.as_deref(), multi_queue, owner, group)?;
             Ok((link, Vec::new()))
-        })?;
+        });
         if let Ok(link) = &out {
             self.record_created(side, link);
         }
-        Ok(out.map(link_to_wit))
+        out.map(link_to_wit)
     }
 
     fn link_by_name(&mut self, ns: Resource<NetnsHandle>, name: String) -> R<Link> {
         let (_, id) = self.handle(&ns)?;
-        Ok(self
-            .act(&[Ask::Read], |net, _| {
-                Ok((net.link_by_name(id, &name)?, Vec::new()))
-            })?
-            .map(link_to_wit))
+        self.act(&[Ask::Read], |net, _| {
+            Ok((net.link_by_name(id, &name)?, Vec::new()))
+        })
+        .map(link_to_wit)
     }
 
     fn link_by_index(&mut self, ns: Resource<NetnsHandle>, index: u32) -> R<Link> {
         let (_, id) = self.handle(&ns)?;
-        Ok(self
-            .act(&[Ask::Read], |net, _| {
-                Ok((net.link_by_index(id, index)?, Vec::new()))
-            })?
-            .map(link_to_wit))
+        self.act(&[Ask::Read], |net, _| {
+            Ok((net.link_by_index(id, index)?, Vec::new()))
+        })
+        .map(link_to_wit)
     }
 
     fn list_links(&mut self, ns: Resource<NetnsHandle>) -> R<Vec<Link>> {
         let (_, id) = self.handle(&ns)?;
-        Ok(self
-            .act(&[Ask::Read], |net, _| Ok((net.links(id)?, Vec::new())))?
-            .map(|v| v.into_iter().map(link_to_wit).collect()))
+        self.act(&[Ask::Read], |net, _| Ok((net.links(id)?, Vec::new())))
+            .map(|v| v.into_iter().map(link_to_wit).collect())
     }
 
     fn set_link(
@@ -787,71 +787,70 @@ impl HostNetns for Ctx {
             txqlen: settings.txqlen,
             hairpin: settings.hairpin,
         };
-        Ok(self
-            .act(&asks, |net, journal| {
-                let restore = match journal.on() {
-                    true => {
-                        let before = net.link_by_name(id, &name)?;
-                        Some((before.index, restore_of(net, id, &before, &change)))
-                    }
-                    false => None,
-                };
-                // A bridge without a MAC of its own takes its ports': when
-                // the port goes, the bridge's MAC must come back too.
-                let bridge = match journal.on_at(1) {
-                    true => net.link_by_name(id, &master).ok(),
-                    false => None,
-                };
-                let after = net.set_link(id, &name, &change)?;
-                let mut undo: Vec<Change> = bridge
-                    .filter(|b| {
-                        b.mac
-                            != net
-                                .link_by_index(id, b.index)
-                                .map(|l| l.mac)
-                                .unwrap_or_default()
-                    })
-                    .and_then(|b| {
-                        journal.change_of(
-                            1,
-                            Undo::Link {
-                                name: b.name,
-                                index: b.index,
-                                restore: LinkChange {
-                                    mac: Some(b.mac),
-                                    ..LinkChange::default()
-                                },
+        self.act(&asks, |net, journal| {
+            let restore = match journal.on() {
+                true => {
+                    let before = net.link_by_name(id, &name)?;
+                    Some((before.index, restore_of(net, id, &before, &change)))
+                }
+                false => None,
+            };
+            // A bridge without a MAC of its own takes its ports': when
+            // the port goes, the bridge's MAC must come back too.
+            let bridge = match journal.on_at(1) {
+                true => net.link_by_name(id, &master).ok(),
+                false => None,
+            };
+            let after = net.set_link(id, &name, &change)?;
+            let mut undo: Vec<Change> = bridge
+                .filter(|b| {
+                    b.mac
+                        != net
+                            .link_by_index(id, b.index)
+                            .map(|l| l.mac)
+                            .unwrap_or_default()
+                })
+                .and_then(|b| {
+                    journal.change_of(
+                        1,
+                        Undo::Link {
+                            name: b.name,
+                            index: b.index,
+                            restore: LinkChange {
+                                mac: Some(b.mac),
+                                ..LinkChange::default()
                             },
-                        )
-                    })
-                    .into_iter()
-                    .collect();
-                undo.extend(
-                    restore
-                        .filter(|(_, r)| *r != LinkChange::default())
-                        .and_then(|(index, restore)| {
-                            journal.change(Undo::Link {
-                                name: name.clone(),
-                                index,
-                                restore,
-                            })
-                        }),
-                );
-                Ok((after, undo))
-            })?
-            .map(link_to_wit))
+                        },
+                    )
+                })
+                .into_iter()
+                .collect();
+            undo.extend(
+                restore
+                    .filter(|(_, r)| *r != LinkChange::default())
+                    .and_then(|(index, restore)| {
+                        journal.change(Undo::Link {
+                            name: name.clone(),
+                            index,
+                            restore,
+                        })
+                    }),
+            );
+            Ok((after, undo))
+        })
+        .map(link_to_wit)
     }
 
     fn delete_link(&mut self, ns: Resource<NetnsHandle>, name: String) -> R<()> {
         let (side, id) = self.handle(&ns)?;
         let out = self.act(&[Ask::Delete(side, id, &name)], |net, _| {
             Ok((net.delete_link(id, &name)?, Vec::new()))
-        })?;
+        });
         self.verified.clear();
-        if out.is_ok() || matches!(out, Err(WitError::NotFound(_))) {
+        if out.is_ok() || matches!(out, Err(NetFail::Plugin(WitError::NotFound(_)))) {
             self.forget_created(side, &name);
         }
-        Ok(out)
+        out
     }
 
     fn add_address(&mut self, ns: Resource<NetnsHandle>, link: String, address: Address) -> R<()> {
@@ -864,17 +863,16 @@ impl HostNetns for Ctx {
 
     fn list_addresses(&mut self, ns: Resource<NetnsHandle>, link: String) -> R<Vec<Address>> {
         let (_, id) = self.handle(&ns)?;
-        Ok(self
-            .act(&[Ask::Read], |net, _| {
-                Ok((net.addresses(id, &link)?, Vec::new()))
-            })?
-            .map(|v| {
-                v.into_iter()
-                    .map(|a| Address {
-                        cidr: a.to_string(),
-                    })
-                    .collect()
-            }))
+        self.act(&[Ask::Read], |net, _| {
+            Ok((net.addresses(id, &link)?, Vec::new()))
+        })
+        .map(|v| {
+            v.into_iter()
+                .map(|a| Address {
+                    cidr: a.to_string(),
+                })
+                .collect()
+        })
     }
 
     fn add_route(&mut self, ns: Resource<NetnsHandle>, route: RouteSpec) -> R<()> {
@@ -892,11 +890,10 @@ impl HostNetns for Ctx {
         table: Option<u32>,
     ) -> R<Vec<RouteSpec>> {
         let (_, id) = self.handle(&ns)?;
-        Ok(self
-            .act(&[Ask::Read], |net, _| {
-                Ok((net.routes(id, &link, table)?, Vec::new()))
-            })?
-            .map(|v| v.into_iter().map(route_to_wit).collect()))
+        self.act(&[Ask::Read], |net, _| {
+            Ok((net.routes(id, &link, table)?, Vec::new()))
+        })
+        .map(|v| v.into_iter().map(route_to_wit).collect())
     }
 
     fn get_sysctl(&mut self, ns: Resource<NetnsHandle>, key: String) -> R<String> {
@@ -929,11 +926,11 @@ impl HostNetns for Ctx {
         let (side, id) = self.handle(&ns)?;
         let out = self.act(&[Ask::CreateIfb(side, &name)], |net, _| {
             Ok((net.create_ifb(id, &name, mtu)?, Vec::new()))
-        })?;
+        });
         if let Ok(link) = &out {
             self.record_created(side, link);
         }
-        Ok(out.map(link_to_wit))
+        out.map(link_to_wit)
     }
 
     fn limit_rate(
@@ -986,22 +983,21 @@ impl HostNetns for Ctx {
 
     fn list_qdiscs(&mut self, ns: Resource<NetnsHandle>, link: String) -> R<Vec<WitQdisc>> {
         let (_, id) = self.handle(&ns)?;
-        Ok(self
-            .act(&[Ask::Read], |net, _| {
-                Ok((net.qdiscs(id, &link)?, Vec::new()))
-            })?
-            .map(|qs| {
-                qs.into_iter()
-                    .map(|q| WitQdisc {
-                        kind: q.kind,
-                        handle: q.handle,
-                        parent: q.parent,
-                        tbf_rate: q.tbf.map(|t| t.rate),
-                        tbf_buffer: q.tbf.map(|t| t.buffer),
-                        tbf_limit: q.tbf.map(|t| t.limit),
-                    })
-                    .collect()
-            }))
+        self.act(&[Ask::Read], |net, _| {
+            Ok((net.qdiscs(id, &link)?, Vec::new()))
+        })
+        .map(|qs| {
+            qs.into_iter()
+                .map(|q| WitQdisc {
+                    kind: q.kind,
+                    handle: q.handle,
+                    parent: q.parent,
+                    tbf_rate: q.tbf.map(|t| t.rate),
+                    tbf_buffer: q.tbf.map(|t| t.buffer),
+                    tbf_limit: q.tbf.map(|t| t.limit),
+                })
+                .collect()
+        })
     }
 
     fn drop(&mut self, ns: Resource<NetnsHandle>) -> wasmtime::Result<()> {
@@ -1073,11 +1069,11 @@ impl Ctx {
         };
         let out = self.act(&asks, |net, _| {
             Ok((create(net, id, target_id)?, Vec::new()))
-        })?;
+        });
         if let Ok(link) = &out {
             self.record_created(target_side, link);
         }
-        Ok(out.map(link_to_wit))
+        out.map(link_to_wit)
     }
 
     /// Whether `master` carries the node's default route.
@@ -1103,7 +1099,7 @@ impl Ctx {
             Ok(a) => a,
             Err(e) => {
                 self.charge()?;
-                return Ok(Err(to_wit(e)));
+                return Err(to_wit(e).into());
             }
         };
         self.act(
@@ -1128,13 +1124,13 @@ impl Ctx {
         let (side, id) = self.handle(&ns)?;
         let Some(dev) = route.dev.clone() else {
             self.charge()?;
-            return Ok(Err(self.refuse("a route must name its device".into())));
+            return Err(self.refuse("a route must name its device".into()).into());
         };
         let r = match route_from_wit(&route) {
             Ok(r) => r,
             Err(e) => {
                 self.charge()?;
-                return Ok(Err(to_wit(e)));
+                return Err(to_wit(e).into());
             }
         };
         let ask = Ask::Route(side, id, &dev, &r.dst, r.table, add);

@@ -4,6 +4,7 @@
 
 use super::bindings::cni::plugin::store::{Entry as WitEntry, Host, StoreError};
 use super::bindings::types::Attachment;
+use super::fail::{Fail, StoreFail};
 use super::state::Ctx;
 use super::AbortCause;
 use crate::cni::Command;
@@ -12,7 +13,7 @@ use crate::state::now_ms;
 use crate::store::StoreError as Failure;
 use crate::store::{valid_key, Entry, Owner, ScopeData};
 
-type R<T> = wasmtime::Result<Result<T, StoreError>>;
+type R<T> = Result<T, StoreFail>;
 
 /// Bounds on what a plugin can make the host keep.
 const MAX_VALUE_BYTES: usize = 64 << 10;
@@ -73,7 +74,7 @@ fn account(used: &mut usize, old: usize, new: usize) -> Result<(), StoreError> {
 }
 
 fn refused<T>(why: impl Into<String>) -> R<T> {
-    Ok(Err(StoreError::Refused(why.into())))
+    Err(StoreError::Refused(why.into()).into())
 }
 
 impl Ctx {
@@ -89,9 +90,9 @@ impl Ctx {
         };
         if self.inject(|| format!("store {}/{}", access.scope.network, access.scope.plugin)) {
             // What a full tmpfs under /run answers a write.
-            return Ok(Err(StoreError::Io(
-                "No space left on device (os error 28) (injected)".into(),
-            )));
+            return Err(
+                StoreError::Io("No space left on device (os error 28) (injected)".into()).into(),
+            );
         }
         let owner = access.owner.clone();
         let command = access.command;
@@ -129,22 +130,26 @@ impl Ctx {
                 // A cluster store out of reach (or too slow): code 11 too,
                 // with what went wrong.
                 Err(Failure::Unavailable(why)) => {
-                    return Err(self.abort(AbortCause::StoreUnavailable(format!(
-                        "{}/{}: {why}",
-                        access.scope.network, access.scope.plugin
-                    ))));
+                    return Err(self
+                        .abort(AbortCause::StoreUnavailable(format!(
+                            "{}/{}: {why}",
+                            access.scope.network, access.scope.plugin
+                        )))
+                        .into());
                 }
                 Err(Failure::Busy(_)) => {
-                    return Err(self.abort(AbortCause::StoreBusy {
-                        scope: format!("{}/{}", access.scope.network, access.scope.plugin),
-                        waited_ms: started.elapsed().as_millis() as u64,
-                    }));
+                    return Err(self
+                        .abort(AbortCause::StoreBusy {
+                            scope: format!("{}/{}", access.scope.network, access.scope.plugin),
+                            waited_ms: started.elapsed().as_millis() as u64,
+                        })
+                        .into());
                 }
-                Err(e) => return Ok(Err(StoreError::Io(e.to_string()))),
+                Err(e) => return Err(StoreError::Io(e.to_string()).into()),
             }
         }
         match self.txn.as_mut() {
-            Some(txn) => Ok(op(txn.data(), &owner, command, &mut self.scope_bytes)),
+            Some(txn) => Ok(op(txn.data(), &owner, command, &mut self.scope_bytes)?),
             None => refused("no transaction"),
         }
     }
@@ -167,6 +172,10 @@ fn has_owner(owner: &Owner) -> Result<(), StoreError> {
 }
 
 impl Host for Ctx {
+    fn convert_store_error(&mut self, e: StoreFail) -> wasmtime::Result<StoreError> {
+        e.into_wit()
+    }
+
     fn reserve(&mut self, key: String) -> R<bool> {
         self.with_scope(|data, owner, command, used| {
             check_key(&key)?;
@@ -261,10 +270,11 @@ impl Host for Ctx {
         // lock could be older than a release another process commits while
         // this one waits, making a just-released address look quarantined
         // for negative time. (Without a store, the plain clock.)
-        Ok(match self.with_scope(|_, _, _, _| Ok(now_ms()))? {
-            Ok(t) => t,
-            Err(_) => now_ms(),
-        })
+        match self.with_scope(|_, _, _, _| Ok(now_ms())) {
+            Ok(t) => Ok(t),
+            Err(Fail::Plugin(_)) => Ok(now_ms()),
+            Err(Fail::Trap(t)) => Err(t),
+        }
     }
 
     fn get_value(&mut self, name: String) -> R<Option<String>> {

@@ -14,6 +14,7 @@ mod compat;
 pub mod compile;
 pub mod contract;
 pub mod convert;
+pub mod fail;
 pub mod faults;
 #[cfg(feature = "fake")]
 pub mod harness;
