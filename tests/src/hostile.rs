@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::{fixture, is_root, sh, Invocation, Netns, Output, Pod, Sandbox};
+use crate::{fixture, is_root, plugin, sh, Invocation, Netns, Output, Pod, Sandbox};
 
 /// Every attack runs under this deadline unless it sets its own.
 pub const DEADLINE_MS: u64 = 2_000;
@@ -164,4 +164,88 @@ impl Attack<'_> {
 
 pub fn add(id: &str) -> Invocation<'_> {
     Invocation::new("ADD").id(id)
+}
+
+pub fn hostile_with(tag: &str, fixtures: &[&str]) -> Option<(Sandbox, Pod)> {
+    let (sb, pod) = hostile(tag)?;
+    for f in fixtures {
+        sb.install(&fixture(f), f);
+    }
+    Some((sb, pod))
+}
+
+/// One `fx-net` chain entry: `ops` for ADD (strict), merged with `extra`.
+pub fn fx_net(ops: Value, extra: Value) -> Value {
+    let mut e = json!({"type": "fx-net", "strict": true, "ops": ops, "wasm": {"deadlineMs": 2000}});
+    for (k, v) in extra.as_object().into_iter().flatten() {
+        e[k] = v.clone();
+    }
+    e
+}
+
+pub fn refused<'a>(plugin: &'a str, why: &'a [&'a str]) -> Attack<'a> {
+    Attack {
+        plugin,
+        ..Attack::new(999, why)
+    }
+}
+
+/// The node-side identity of `dev`: ifindex, kind and flags.
+pub fn identity(pod: &Pod, dev: &str) -> Value {
+    let l = pod
+        .node
+        .link(dev)
+        .unwrap_or_else(|| panic!("{dev} is gone"));
+    json!([
+        l["ifindex"],
+        l["linkinfo"]["info_kind"],
+        l["flags"],
+        l["mtu"]
+    ])
+}
+
+pub fn sandbox_with(tag: &str, fixtures: &[&str], plugins: &[&str]) -> Option<(Sandbox, Pod)> {
+    if !is_root(tag) {
+        return None;
+    }
+    let sb = Sandbox::new(tag);
+    for f in fixtures {
+        sb.install(&fixture(f), f);
+    }
+    for p in plugins {
+        sb.install(&plugin(p), p);
+    }
+    Some((sb, Pod::new(tag)))
+}
+
+/// The node's nftables rules (every table, not just wasm-cni's: the
+/// skeleton of wasm-cni's own tables stays once made) and qdiscs, beyond
+/// what `world` records.
+pub fn filter_and_tc(ns: &Netns) -> String {
+    let rules: String = ns
+        .exec(&["nft", "list", "ruleset"])
+        .lines()
+        .filter(|l| l.contains("comment") || l.contains("masquerade") || l.contains("dnat"))
+        .map(|l| format!("{}\n", l.trim()))
+        .collect();
+    rules + &ns.exec(&["tc", "qdisc", "show"])
+}
+
+#[derive(Debug, PartialEq)]
+pub struct Everything {
+    world: World,
+    node_filter: String,
+    ctr_filter: String,
+}
+
+pub fn everything(sb: &Sandbox, pod: &Pod, node_keys: &[&str]) -> Everything {
+    Everything {
+        world: world_with(sb, pod, node_keys),
+        node_filter: filter_and_tc(&pod.node),
+        ctr_filter: filter_and_tc(&pod.ctr),
+    }
+}
+
+pub fn del(id: &str) -> Invocation<'_> {
+    Invocation::new("DEL").id(id)
 }
