@@ -26,7 +26,10 @@
 //! handed out, a prevResult given to [`FakeHost::request_with_prev`], or
 //! [`FakeHost::own_network`]). One difference: the fake does not know which
 //! verb a plugin function serves, so it grants what ADD may do (the host
-//! refuses node-side changes during DEL, and every change during CHECK).
+//! refuses node-side changes during DEL, and every change during CHECK),
+//! and it does not count the host's caps on what one verb makes (8 links,
+//! 16 node addresses and routes, 8 tc objects, 32 filter rules and 2 per
+//! port mapping), which a test's ADD/DEL cycles would add up.
 //!
 //! Setup and inspection methods on [`FakeHost`] bypass the policy.
 

@@ -151,26 +151,24 @@ impl HostNetns for Ctx {
         let (side, id) = self.handle(&ns)?;
         let (peer_side, peer_id) = self.handle(&peer_ns)?;
         let asks = [Ask::Create(side, &name), Ask::Create(peer_side, &peer_name)];
-        let out = self.act(&asks, |net, _| {
+        let (link, peer) = self.act(&asks, |net, _| {
             let link = net.create_veth(id, &name, &peer_name, peer_id, mtu, mac.as_deref())?;
             let peer = net.link_by_name(peer_id, &peer_name);
             Ok(((link, peer), Vec::new()))
-        });
-        out.map(|(link, peer)| {
-            // Both ends in one update (one write of the pending record).
-            self.update_created(|c| {
-                c.side_mut(side).insert(link.name.clone(), link.id());
-                match &peer {
-                    Ok(peer) => {
-                        c.side_mut(peer_side).insert(peer.name.clone(), peer.id());
-                    }
-                    // Created a moment ago: only a concurrent delete explains
-                    // this, and then there is nothing left to own.
-                    Err(e) => log::warn(format_args!("veth peer {peer_name} vanished: {e}")),
+        })?;
+        // Both ends in one update (one write of the pending record).
+        self.update_created(|c| {
+            c.side_mut(side).insert(link.name.clone(), link.id());
+            match &peer {
+                Ok(peer) => {
+                    c.side_mut(peer_side).insert(peer.name.clone(), peer.id());
                 }
-            });
-            link_to_wit(link)
-        })
+                // Created a moment ago: only a concurrent delete explains
+                // this, and then there is nothing left to own.
+                Err(e) => log::warn(format_args!("veth peer {peer_name} vanished: {e}")),
+            }
+        });
+        Ok(link_to_wit(link))
     }
 
     fn ensure_bridge(
@@ -186,7 +184,7 @@ impl HostNetns for Ctx {
         // only CNI_IFNAME, and recorded, so that nothing the attachment
         // made there is unaccounted for. Either way, during ADD only.
         let asks = Ask::ensure_bridge(side, id, &name);
-        let out = match side {
+        let bridge = match side {
             Side::Node => self.act(&asks, |net, journal| {
                 let existed = net.link_by_name(id, &name).is_ok();
                 let bridge = net.ensure_bridge(id, &name, mtu)?;
@@ -198,18 +196,16 @@ impl HostNetns for Ctx {
                     }),
                 };
                 Ok((bridge, undo.into_iter().collect()))
-            }),
+            })?,
             Side::Container => {
-                let out = self.act(&asks, |net, _| {
+                let link = self.act(&asks, |net, _| {
                     Ok((net.ensure_bridge(id, &name, mtu)?, Vec::new()))
-                });
-                if let Ok(link) = &out {
-                    self.record_created(side, link);
-                }
-                out
+                })?;
+                self.record_created(side, &link);
+                link
             }
         };
-        out.map(link_to_wit)
+        Ok(link_to_wit(bridge))
     }
 
     fn create_macvlan(
@@ -282,14 +278,12 @@ impl HostNetns for Ctx {
         group: Option<u32>,
     ) -> R<Link> {
         let (side, id) = self.handle(&ns)?;
-        let out = self.act(&[Ask::CreateTap(side, &name, owner, group)], |net, _| {
+        let link = self.act(&[Ask::CreateTap(side, &name, owner, group)], |net, _| {
             let link = net.create_tap(id, &name, mtu, mac.as_deref(), multi_queue, owner, group)?;
             Ok((link, Vec::new()))
-        });
-        if let Ok(link) = &out {
-            self.record_created(side, link);
-        }
-        out.map(link_to_wit)
+        })?;
+        self.record_created(side, &link);
+        Ok(link_to_wit(link))
     }
 
     fn link_by_name(&mut self, ns: Resource<NetnsHandle>, name: String) -> R<Link> {
@@ -470,13 +464,11 @@ impl HostNetns for Ctx {
 
     fn create_ifb(&mut self, ns: Resource<NetnsHandle>, name: String, mtu: Option<u32>) -> R<Link> {
         let (side, id) = self.handle(&ns)?;
-        let out = self.act(&[Ask::CreateIfb(side, &name)], |net, _| {
+        let link = self.act(&[Ask::CreateIfb(side, &name)], |net, _| {
             Ok((net.create_ifb(id, &name, mtu)?, Vec::new()))
-        });
-        if let Ok(link) = &out {
-            self.record_created(side, link);
-        }
-        out.map(link_to_wit)
+        })?;
+        self.record_created(side, &link);
+        Ok(link_to_wit(link))
     }
 
     fn limit_rate(
@@ -613,13 +605,11 @@ impl Ctx {
             // Refused by `act` below, naming why.
             Err(_) => vec![made],
         };
-        let out = self.act(&asks, |net, _| {
+        let link = self.act(&asks, |net, _| {
             Ok((create(net, id, target_id)?, Vec::new()))
-        });
-        if let Ok(link) = &out {
-            self.record_created(target_side, link);
-        }
-        out.map(link_to_wit)
+        })?;
+        self.record_created(target_side, &link);
+        Ok(link_to_wit(link))
     }
 
     /// Whether `master` carries the node's default route.
