@@ -4,14 +4,14 @@
 //! new one, never half of one. Locks live beside them under
 //! `<stateDir>/locks/`.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, OpenOptions};
 use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use super::{AttachmentRecord, AttachmentRecords, Lock};
-use crate::fsutil::{lock_exclusive, write_atomic};
+use crate::fsutil::{lock_gated, write_atomic, Locked};
 
 pub struct DiskRecords {
     root: PathBuf,
@@ -46,7 +46,7 @@ impl DiskRecords {
 /// An attachment's lock file, held; removed with the record, so that lock
 /// files do not pile up for every container a node ever ran.
 struct FileLock {
-    _file: File,
+    _held: Locked,
 }
 
 /// Lock `path`, creating it. A holder may unlink the file (after its DEL):
@@ -63,25 +63,22 @@ fn lock_file(path: &Path, deadline: Option<Instant>) -> io::Result<Lock> {
             .write(true)
             .mode(0o600)
             .open(path)?;
-        match deadline {
-            Some(d) => lock_exclusive(&file, Some(d))?,
-            None => {
-                let now = Some(Instant::now());
-                lock_exclusive(&file, now).map_err(|e| {
-                    if e.kind() == io::ErrorKind::TimedOut {
-                        io::Error::new(io::ErrorKind::WouldBlock, "held by another call")
-                    } else {
-                        e
-                    }
-                })?
-            }
-        }
-        let same = match (file.metadata(), fs::metadata(path)) {
+        let held = match deadline {
+            Some(d) => lock_gated(file, Some(d))?,
+            None => lock_gated(file, Some(Instant::now())).map_err(|e| {
+                if e.kind() == io::ErrorKind::TimedOut {
+                    io::Error::new(io::ErrorKind::WouldBlock, "held by another call")
+                } else {
+                    e
+                }
+            })?,
+        };
+        let same = match (held.file().metadata(), fs::metadata(path)) {
             (Ok(held), Ok(now)) => held.ino() == now.ino() && held.dev() == now.dev(),
             _ => false,
         };
         if same {
-            return Ok(Box::new(FileLock { _file: file }));
+            return Ok(Box::new(FileLock { _held: held }));
         }
     }
 }
@@ -185,8 +182,9 @@ impl AttachmentRecords for DiskRecords {
             .write(true)
             .mode(0o600)
             .open(&path)?;
-        lock_exclusive(&file, None)?;
-        Ok(Box::new(FileLock { _file: file }))
+        Ok(Box::new(FileLock {
+            _held: lock_gated(file, None)?,
+        }))
     }
 
     fn list(&self, network: &str) -> io::Result<Vec<AttachmentRecord>> {

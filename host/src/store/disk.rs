@@ -3,7 +3,7 @@
 //! file, fsync, rename), so a crash at any point leaves the previous or the
 //! next committed state, never a torn one.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, OpenOptions};
 use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use super::{lock_failed, Scope, ScopeData, StateStore, StoreResult, Txn};
-use crate::fsutil::{lock_exclusive, write_atomic};
+use crate::fsutil::{lock_gated, write_atomic, Locked};
 
 pub struct DiskStore {
     root: PathBuf,
@@ -37,8 +37,8 @@ impl DiskStore {
 struct DiskTxn {
     path: PathBuf,
     data: ScopeData,
-    // Held for the life of the transaction; closing it drops the flock.
-    _lock: File,
+    // Held for the life of the transaction.
+    _lock: Locked,
 }
 
 impl Txn for DiskTxn {
@@ -68,7 +68,7 @@ impl StateStore for DiskStore {
             .write(true)
             .mode(0o600)
             .open(&lock_path)?;
-        lock_exclusive(&lock, deadline).map_err(|e| lock_failed(scope, e))?;
+        let lock = lock_gated(lock, deadline).map_err(|e| lock_failed(scope, e))?;
         sweep_temp_files(&path);
         let data = match fs::read(&path) {
             Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {

@@ -32,7 +32,7 @@
 //! or not at all.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, OpenOptions};
 use std::io;
 use std::net::IpAddr;
 use std::os::unix::fs::OpenOptionsExt;
@@ -49,7 +49,7 @@ use serde::Deserialize;
 use ipnet::IpNet;
 
 use super::{lock_failed, Entry, Scope, ScopeData, StateStore, StoreError, StoreResult, Txn, View};
-use crate::fsutil::lock_exclusive;
+use crate::fsutil::{lock_gated, Locked};
 
 /// The `store` object of a wasm-cni config with `"type": "etcd"`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize)]
@@ -491,7 +491,7 @@ struct EtcdTxnState {
     shown: BTreeSet<String>,
     data: ScopeData,
     deadline: Option<Instant>,
-    _lock: File,
+    _lock: Locked,
 }
 
 impl EtcdStore {
@@ -671,7 +671,7 @@ impl Inner {
         Ok(parse_snapshot(&p, kvs)?)
     }
 
-    fn lock(&self, scope: &Scope, deadline: Option<Instant>) -> StoreResult<File> {
+    fn lock(&self, scope: &Scope, deadline: Option<Instant>) -> StoreResult<Locked> {
         let dir = self.lock_root.join(&scope.network);
         fs::create_dir_all(&dir)?;
         let lock = OpenOptions::new()
@@ -680,8 +680,7 @@ impl Inner {
             .write(true)
             .mode(0o600)
             .open(dir.join(format!("{}.lock", scope.plugin)))?;
-        lock_exclusive(&lock, deadline).map_err(|e| lock_failed(scope, e))?;
-        Ok(lock)
+        lock_gated(lock, deadline).map_err(|e| lock_failed(scope, e))
     }
 }
 
