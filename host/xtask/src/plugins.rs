@@ -37,6 +37,9 @@ struct Guest {
     target: &'static str,
     /// The component's path relative to `<out>`.
     output: PathBuf,
+    /// A bundled plugin, installed on every node: its function names go to
+    /// `<out>/.debug/` instead (see [`strip_names`]).
+    strip_names: bool,
 }
 
 /// Build a plugin crate outside this repository (one made by `cargo xtask
@@ -55,12 +58,15 @@ pub fn run_external(crate_dir: &Path, out: Option<PathBuf>, verbose: bool) -> Re
     let package = packages
         .get(&manifest)
         .ok_or_else(|| fail!("{}: not a package", manifest.display()))?;
-    let Some(guest) = guest(package, manifest.clone(), "")? else {
+    let Some(mut guest) = guest(package, manifest.clone(), "")? else {
         return Err(fail!(
             "{}: no cdylib target: add [lib] crate-type = [\"cdylib\"]",
             manifest.display()
         ));
     };
+    // An author's build keeps its function names: trap backtraces in
+    // `plugin test` name them.
+    guest.strip_names = false;
     let toolchain = Toolchain::select(guest.target)?;
     let target_dir = dir.join("target-guest");
     let out = out.unwrap_or_else(|| target_dir.join("components"));
@@ -252,6 +258,7 @@ fn guest(package: &Value, manifest: PathBuf, out_subdir: &str) -> Result<Option<
         manifest,
         target,
         output,
+        strip_names: out_subdir.is_empty(),
     }))
 }
 
@@ -353,13 +360,80 @@ fn componentize(
     }
 
     let bytes = fs::read(module).context(module.display())?;
-    let component = encode(&bytes, guest.target == WASIP1).context(format_args!(
-        "{}: making a component of {}",
-        guest.name,
-        module.display()
-    ))?;
+    let making = || format!("{}: making a component of {}", guest.name, module.display());
+    let bytes = if guest.strip_names {
+        let named = encode(&bytes, guest.target == WASIP1).context(making())?;
+        write_atomically(&debug_copy(dest)?, &named)?;
+        strip_names(&bytes).context(making())?
+    } else {
+        bytes
+    };
+    let component = encode(&bytes, guest.target == WASIP1).context(making())?;
     write_atomically(dest, &component)?;
     Ok((component, true))
+}
+
+/// Where the named build of a bundled component is kept: `.debug/` beside
+/// it, as `cargo xtask` keeps the binaries' debug info.
+fn debug_copy(dest: &Path) -> Result<PathBuf> {
+    let (Some(dir), Some(file)) = (dest.parent(), dest.file_name()) else {
+        return Err(fail!("{}: no directory or file name", dest.display()));
+    };
+    Ok(dir.join(".debug").join(file))
+}
+
+/// `module` (a core wasm module) without its `name` custom section.
+///
+/// The names are a quarter of a bundled component (1.25 of 4.44 MB for the
+/// 14) and nothing on a node reads them: the host reports a trap by its kind
+/// and a plugin's panic by its message, never by a backtrace. Function
+/// indices do not change, so `wasm[0]::function[N]` in a profile or a trap
+/// is found in the named copy under `.debug/`.
+fn strip_names(module: &[u8]) -> Result<Vec<u8>> {
+    const HEADER: &[u8] = b"\0asm\x01\0\0\0";
+    if !module.starts_with(HEADER) {
+        return Err(fail!("not a core wasm module (version 1)"));
+    }
+    let mut out = HEADER.to_vec();
+    let mut at = HEADER.len();
+    while at < module.len() {
+        let start = at;
+        let id = module[at];
+        let (size, body) = leb_u32(module, at + 1)?;
+        let end = body
+            .checked_add(size as usize)
+            .filter(|e| *e <= module.len())
+            .ok_or_else(|| fail!("section at byte {start} runs past the end"))?;
+        let is_names = id == 0 && {
+            let (len, name) = leb_u32(&module[..end], body)?;
+            module.get(name..name + len as usize) == Some(b"name".as_slice())
+        };
+        if !is_names {
+            out.extend_from_slice(&module[start..end]);
+        }
+        at = end;
+    }
+    Ok(out)
+}
+
+/// An unsigned LEB128 `u32` at `at`: the value and where what follows it
+/// starts.
+fn leb_u32(bytes: &[u8], mut at: usize) -> Result<(u32, usize)> {
+    let mut value = 0u32;
+    for shift in (0..35).step_by(7) {
+        let byte = *bytes
+            .get(at)
+            .ok_or_else(|| fail!("a length runs past the end at byte {at}"))?;
+        at += 1;
+        value |= u32::from(byte & 0x7f)
+            .checked_shl(shift)
+            .filter(|_| shift < 28 || byte & 0x70 == 0)
+            .ok_or_else(|| fail!("a length at byte {at} overflows"))?;
+        if byte & 0x80 == 0 {
+            return Ok((value, at));
+        }
+    }
+    Err(fail!("a length at byte {at} is longer than 5 bytes"))
 }
 
 fn encode(module: &[u8], wasip1: bool) -> Result<Vec<u8>> {
@@ -434,6 +508,55 @@ fn report(guest: &Guest, component: &[u8], fresh: bool, verbose: bool) -> Result
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A custom section named `name` holding `body`.
+    fn custom(name: &str, body: &[u8]) -> Vec<u8> {
+        let mut payload = vec![name.len() as u8];
+        payload.extend_from_slice(name.as_bytes());
+        payload.extend_from_slice(body);
+        let mut s = vec![0, payload.len() as u8];
+        s.extend(payload);
+        s
+    }
+
+    #[test]
+    fn strip_names_drops_the_name_section_and_keeps_every_other() {
+        let header = b"\0asm\x01\0\0\0".to_vec();
+        // A type section with one `[] -> []` function type.
+        let types = vec![1, 4, 1, 0x60, 0, 0];
+        let module = [
+            header.clone(),
+            types.clone(),
+            custom("name", &[1, 2, 3]),
+            custom("producers", &[4]),
+        ]
+        .concat();
+        let stripped = strip_names(&module).unwrap();
+        assert_eq!(
+            stripped,
+            [header, types, custom("producers", &[4])].concat()
+        );
+        // A custom section merely starting with "name" stays.
+        let other = [b"\0asm\x01\0\0\0".to_vec(), custom("names", &[9])].concat();
+        assert_eq!(strip_names(&other).unwrap(), other);
+    }
+
+    #[test]
+    fn strip_names_refuses_what_is_not_a_whole_core_module() {
+        let module = [b"\0asm\x01\0\0\0".to_vec(), custom("name", &[1, 2, 3])].concat();
+        for cut in 9..module.len() {
+            assert!(strip_names(&module[..cut]).is_err(), "cut at {cut}");
+        }
+        // A component (layer 1) is not stripped by this.
+        assert!(strip_names(b"\0asm\x0d\0\x01\0").is_err());
+        // A section length of more than five LEB bytes.
+        let long = [
+            b"\0asm\x01\0\0\0".to_vec(),
+            vec![0, 0x80, 0x80, 0x80, 0x80, 0x80, 0],
+        ]
+        .concat();
+        assert!(strip_names(&long).is_err());
+    }
 
     #[test]
     fn guest_target_and_output_come_from_the_manifest() {
