@@ -837,6 +837,19 @@ impl Report {
                 title.into(),
                 plot::lines(title, "cycles", "count", &fds),
             );
+            let adds: Vec<(f64, f64)> = soak
+                .samples
+                .iter()
+                .filter_map(|s| Some((s.cycles as f64, s.add_ms?)))
+                .collect();
+            if !adds.is_empty() {
+                let title = "daemon over ADD/DEL cycles: ADD wall (median since the point before)";
+                add(
+                    "soak-add",
+                    title.into(),
+                    plot::lines(title, "cycles", "ms", &[("ADD wall, ms", adds)]),
+                );
+            }
         }
         out
     }
@@ -1367,8 +1380,9 @@ impl Report {
                  A daemon of its own; first a STATUS of each of the {} bundled components ({}), which \
                  loads and pre-links every one; then bridge + host-local ADD and DEL through the thin \
                  client, one container namespace, a new container id per cycle. Read from \
-                 `/proc/<pid>/status` and `/proc/<pid>/fd`. Took {:.0} s.\n\n\
-                 | cycles | RSS, MiB | open descriptors | threads |\n|---|---|---|---|",
+                 `/proc/<pid>/status` and `/proc/<pid>/fd`; ADD wall is the client's, median \
+                 of the cycles since the row before. Took {:.0} s.\n\n\
+                 | cycles | RSS, MiB | open descriptors | threads | ADD wall, ms |\n|---|---|---|---|---|",
                 soak.components.len(),
                 soak.components.join(", "),
                 soak.took.as_secs_f64(),
@@ -1376,7 +1390,7 @@ impl Report {
             if let Some(s) = &soak.started {
                 let _ = writeln!(
                     body,
-                    "| (started, nothing loaded) | {:.2} | {} | {} |",
+                    "| (started, nothing loaded) | {:.2} | {} | {} | |",
                     mib(s.rss_kib),
                     s.fds,
                     s.threads
@@ -1390,10 +1404,11 @@ impl Report {
                 };
                 let _ = writeln!(
                     body,
-                    "| {what} | {:.2} | {} | {} |",
+                    "| {what} | {:.2} | {} | {} | {} |",
                     mib(s.rss_kib),
                     s.fds,
-                    s.threads
+                    s.threads,
+                    s.add_ms.map(crate::stats::num).unwrap_or_default(),
                 );
             }
             if let Some(first) = soak.samples.first() {
@@ -1438,6 +1453,17 @@ impl Report {
                     target: "0".into(),
                     met: fds <= 0,
                 });
+                if let (Some(first), Some(then)) = (base.add_ms, last.add_ms) {
+                    heads.push(Headline {
+                        what: format!(
+                            "daemon ADD wall, cycles {} ÷ the first {} (IPAM history kept)",
+                            last.cycles, base.cycles
+                        ),
+                        value: format!("{:.2}×", then / first),
+                        target: "(no target)".into(),
+                        met: true,
+                    });
+                }
             }
         }
         if let Some(sides) = &self.tracing {

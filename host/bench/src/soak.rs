@@ -26,6 +26,10 @@ pub struct Sample {
     pub rss_kib: u64,
     pub fds: usize,
     pub threads: u64,
+    /// Median ADD wall (ms, the client's) over the cycles since the sample
+    /// before: how a call's cost follows what the node has kept (IPAM
+    /// history above all).
+    pub add_ms: Option<f64>,
     /// Open descriptors by what they are (`socket`, `net` namespace,
     /// `anon_inode:[eventpoll]`, a file's path).
     pub kinds: BTreeMap<String, usize>,
@@ -110,6 +114,7 @@ fn sample(pid: u32, cycles: usize) -> io::Result<Sample> {
         rss_kib: field("VmRSS:"),
         fds,
         threads: field("Threads:"),
+        add_ms: None,
         kinds,
     })
 }
@@ -169,18 +174,25 @@ pub fn measure(progs: &Programs, work: &WorkDir, cycles: usize, every: usize) ->
     let every = every.max(1);
     soak.samples.push(sample(pid, 0)?);
     let outcome = in_netns(&d.node, || {
+        let mut adds = Vec::with_capacity(every);
         for cycle in 1..=cycles {
             crate::proc::check_interrupted()?;
             let id = format!("soak-{cycle}");
+            let t = Instant::now();
             call("ADD", &id, &conf)?.ok("soak ADD")?;
+            adds.push(t.elapsed().as_secs_f64() * 1e3);
             call("DEL", &id, &conf)?.ok("soak DEL")?;
             if cycle % every == 0 {
-                soak.samples.push(sample(pid, cycle)?);
+                let mut s = sample(pid, cycle)?;
+                s.add_ms = Some(crate::stats::summarize(&adds).median);
+                adds.clear();
                 eprintln!(
-                    "bench: 9 soak, {cycle} cycles: RSS {} KiB, {} descriptors",
-                    soak.samples.last().map_or(0, |s| s.rss_kib),
-                    soak.samples.last().map_or(0, |s| s.fds),
+                    "bench: 9 soak, {cycle} cycles: RSS {} KiB, {} descriptors, ADD {:.2} ms",
+                    s.rss_kib,
+                    s.fds,
+                    s.add_ms.unwrap_or(f64::NAN),
                 );
+                soak.samples.push(s);
             }
         }
         Ok(())
