@@ -64,8 +64,8 @@ pub fn run_external(crate_dir: &Path, out: Option<PathBuf>, verbose: bool) -> Re
             manifest.display()
         ));
     };
-    // An author's build keeps its function names: trap backtraces in
-    // `plugin test` name them.
+    // An author's build keeps its function names: a profiler names its
+    // functions by them (perf reads them from the compiled artifact).
     guest.strip_names = false;
     let toolchain = Toolchain::select(guest.target)?;
     let target_dir = dir.join("target-guest");
