@@ -15,7 +15,7 @@ use crate::log;
 use crate::net::KernelNet;
 use crate::sandbox::{Runtime, SharedEngine};
 use crate::state::DiskRecords;
-use crate::store::{DiskStore, EtcdConfig, EtcdStore, StateStore};
+use crate::store::{DiskStore, EtcdConfig, EtcdStore, ScopeCache, StateStore};
 
 /// Where compiled artifacts go unless the config says `cacheDir`: on disk,
 /// so they survive reboots (unlike the state under /run).
@@ -80,6 +80,9 @@ pub struct Host {
     filter_sockets: Arc<SocketPool>,
     /// Cluster stores by config: the daemon keeps its etcd connections.
     etcd: Mutex<HashMap<EtcdConfig, Arc<EtcdStore>>>,
+    /// Local scopes as the last call committed them: the daemon's next
+    /// call on a scope does not parse its file again.
+    scopes: Arc<ScopeCache>,
     /// Calls are traced: keep the host's work per plugin call.
     traced: bool,
     /// The trust policy file the operator gave (the daemon's
@@ -114,7 +117,9 @@ impl Host {
     /// local one under its stateDir.
     fn store(&self, conf: &config::NetConf) -> Result<Arc<dyn StateStore>, HostError> {
         let Some(v) = &conf.store else {
-            return Ok(Arc::new(DiskStore::new(&conf.state_dir.join("store"))));
+            return Ok(Arc::new(
+                DiskStore::new(&conf.state_dir.join("store")).with_cache(self.scopes.clone()),
+            ));
         };
         let ec = EtcdConfig::from_value(v).map_err(|e| {
             HostError::from(CniError::new(

@@ -1,5 +1,5 @@
 //! File helpers shared by the artifact cache, the state stores and the
-//! trust policy.
+//! trust policy, and the OS's randomness.
 
 use std::collections::HashMap;
 use std::fs::{self, File};
@@ -7,7 +7,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex, PoisonError, Weak};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rustix::fs::{flock, FlockOperation};
 
@@ -226,6 +226,35 @@ impl Drop for GateGuard {
     fn drop(&mut self) {
         *self.0.held.lock().unwrap_or_else(PoisonError::into_inner) = false;
         self.0.freed.notify_one();
+    }
+}
+
+/// `N` random bytes from the kernel, never all zero (trace and span ids,
+/// a state scope's generation).
+pub(crate) fn random<const N: usize>() -> [u8; N] {
+    let mut out = [0u8; N];
+    loop {
+        let mut filled = 0;
+        while filled < N {
+            // SAFETY: the buffer is valid for N - filled bytes from there.
+            let n = unsafe { libc::getrandom(out[filled..].as_mut_ptr().cast(), N - filled, 0) };
+            if n > 0 {
+                filled += n as usize;
+            } else if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+                // No randomness: a time-derived id (unique enough for one
+                // node; these ids are not secrets).
+                let t = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos());
+                for (i, b) in out.iter_mut().enumerate() {
+                    *b = (t >> ((i % 16) * 8)) as u8 ^ (std::process::id() >> (i % 4 * 8)) as u8;
+                }
+                filled = N;
+            }
+        }
+        if out.iter().any(|b| *b != 0) {
+            return out;
+        }
     }
 }
 

@@ -22,6 +22,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::chain::StepReport;
 use crate::edge::Report;
+use crate::fsutil::random;
 
 /// How long one export may take: connect, send, read the status.
 pub const EXPORT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -197,33 +198,6 @@ pub struct Trace {
     pub trace_id: [u8; 16],
     pub trace_state: String,
     pub spans: Vec<Span>,
-}
-
-fn random<const N: usize>() -> [u8; N] {
-    let mut out = [0u8; N];
-    loop {
-        let mut filled = 0;
-        while filled < N {
-            // SAFETY: the buffer is valid for N - filled bytes from there.
-            let n = unsafe { libc::getrandom(out[filled..].as_mut_ptr().cast(), N - filled, 0) };
-            if n > 0 {
-                filled += n as usize;
-            } else if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-                // No randomness: a time-derived id (unique enough for one
-                // node's spans; ids are not secrets).
-                let t = SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .map_or(0, |d| d.as_nanos());
-                for (i, b) in out.iter_mut().enumerate() {
-                    *b = (t >> ((i % 16) * 8)) as u8 ^ (std::process::id() >> (i % 4 * 8)) as u8;
-                }
-                filled = N;
-            }
-        }
-        if out.iter().any(|b| *b != 0) {
-            return out;
-        }
-    }
 }
 
 /// The spans of one served call: the call under the runtime's span (a new

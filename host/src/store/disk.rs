@@ -2,26 +2,49 @@
 //! `<root>/<network>/<plugin>.lock`. The JSON is replaced atomically (temp
 //! file, fsync, rename), so a crash at any point leaves the previous or the
 //! next committed state, never a torn one.
+//!
+//! Each commit writes a fresh random generation first in the file
+//! (`{"gen":"…",…}`; readers without it ignore the key). A daemon keeps the
+//! data it committed ([`ScopeCache`]), and its next transaction on that
+//! scope takes it instead of parsing the file again when the file still
+//! starts with that generation and has the length and mtime it had: any
+//! other writer (another process, an operator's command, an older
+//! wasm-cni) writes another generation or none. With host-local's history
+//! of released addresses a scope holds thousands of entries, and parsing
+//! them was a third of what the store cost a call.
 
-use std::fs::{self, OpenOptions};
-use std::io;
-use std::os::unix::fs::OpenOptionsExt;
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use std::time::Instant;
 
+use serde::Serialize;
+
 use super::{lock_failed, Scope, ScopeData, StateStore, StoreResult, Txn};
-use crate::fsutil::{lock_gated, write_atomic, Locked};
+use crate::fsutil::{lock_gated, random, write_atomic, Locked};
 
 pub struct DiskStore {
     root: PathBuf,
+    cache: Option<Arc<ScopeCache>>,
 }
 
 impl DiskStore {
     pub fn new(root: &Path) -> Self {
         DiskStore {
             root: root.to_path_buf(),
+            cache: None,
         }
+    }
+
+    /// Keep committed scopes in `cache` for the next transaction (a
+    /// long-lived process: the daemon).
+    pub fn with_cache(mut self, cache: Arc<ScopeCache>) -> Self {
+        self.cache = Some(cache);
+        self
     }
 
     fn files(&self, scope: &Scope) -> (PathBuf, PathBuf) {
@@ -34,11 +57,99 @@ impl DiskStore {
     }
 }
 
+/// Scopes a process committed, parsed, by file. Bounded, since a request
+/// names its `dataDir`: past [`CACHE_SCOPES`] scopes or [`CACHE_BYTES`] of
+/// files it forgets one, and a file larger than that is never kept.
+#[derive(Default)]
+pub struct ScopeCache {
+    // Held only to take or put one scope, never across I/O.
+    scopes: Mutex<HashMap<PathBuf, Cached>>,
+}
+
+pub const CACHE_SCOPES: usize = 64;
+pub const CACHE_BYTES: u64 = 16 << 20;
+
+struct Cached {
+    stamp: Stamp,
+    data: ScopeData,
+}
+
+/// What identifies a committed file: its generation, length and mtime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    gen: [u8; GEN_HEX],
+    len: u64,
+    mtime_ns: i128,
+}
+
+const GEN_HEX: usize = 32;
+const HEAD: &[u8] = br#"{"gen":""#;
+
+impl Stamp {
+    /// The stamp of a file whose first bytes are `head`, if it has one.
+    fn of(head: &[u8], meta: &fs::Metadata) -> Option<Stamp> {
+        let rest = head.strip_prefix(HEAD)?;
+        let gen: [u8; GEN_HEX] = rest.get(..GEN_HEX)?.try_into().ok()?;
+        (rest.get(GEN_HEX) == Some(&b'"')).then_some(Stamp {
+            gen,
+            len: meta.len(),
+            mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+        })
+    }
+}
+
+impl ScopeCache {
+    /// The scope's data if `stamp` is the file as it was committed; taken,
+    /// so that a transaction that does not commit leaves nothing behind.
+    fn take(&self, path: &Path, stamp: &Stamp) -> Option<ScopeData> {
+        let mut scopes = self.scopes.lock().unwrap_or_else(PoisonError::into_inner);
+        let hit = scopes.get(path).is_some_and(|c| c.stamp == *stamp);
+        // Stale or taken: either way it is of no further use.
+        let cached = scopes.remove(path)?;
+        hit.then_some(cached.data)
+    }
+
+    fn put(&self, path: PathBuf, stamp: Stamp, data: ScopeData) {
+        if stamp.len > CACHE_BYTES {
+            return;
+        }
+        let mut scopes = self.scopes.lock().unwrap_or_else(PoisonError::into_inner);
+        scopes.remove(&path);
+        let mut held: u64 = scopes.values().map(|c| c.stamp.len).sum();
+        while scopes.len() >= CACHE_SCOPES || held + stamp.len > CACHE_BYTES {
+            let Some(victim) = scopes.keys().next().cloned() else {
+                break;
+            };
+            if let Some(c) = scopes.remove(&victim) {
+                held -= c.stamp.len;
+            }
+        }
+        scopes.insert(path, Cached { stamp, data });
+    }
+
+    /// Scopes and file bytes held now.
+    pub fn held(&self) -> (usize, u64) {
+        let scopes = self.scopes.lock().unwrap_or_else(PoisonError::into_inner);
+        (scopes.len(), scopes.values().map(|c| c.stamp.len).sum())
+    }
+}
+
+/// The file as written: the generation, then the scope's own keys.
+#[derive(Serialize)]
+struct Stamped<'a> {
+    gen: &'a str,
+    #[serde(flatten)]
+    data: &'a ScopeData,
+}
+
 struct DiskTxn {
+    // Held for the life of the transaction. Declared first so that it is
+    // dropped first: freeing a scope of thousands of entries is not work
+    // other callers should wait for.
+    _lock: Locked,
     path: PathBuf,
     data: ScopeData,
-    // Held for the life of the transaction.
-    _lock: Locked,
+    cache: Option<Arc<ScopeCache>>,
 }
 
 impl Txn for DiskTxn {
@@ -47,9 +158,72 @@ impl Txn for DiskTxn {
     }
 
     fn commit(self: Box<Self>) -> StoreResult<()> {
-        let bytes = serde_json::to_vec(&self.data).map_err(io::Error::other)?;
-        Ok(write_atomic(&self.path, &bytes)?)
+        let gen: String = random::<{ GEN_HEX / 2 }>()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let bytes = serde_json::to_vec(&Stamped {
+            gen: &gen,
+            data: &self.data,
+        })
+        .map_err(io::Error::other)?;
+        write_atomic(&self.path, &bytes)?;
+        // Still under the lock: the file is the one just written.
+        let DiskTxn {
+            _lock,
+            path,
+            data,
+            cache,
+        } = *self;
+        if let (Some(cache), Ok(meta)) = (cache, fs::metadata(&path)) {
+            if let Some(stamp) = Stamp::of(&bytes, &meta) {
+                cache.put(path, stamp, data);
+            }
+        }
+        Ok(())
     }
+}
+
+/// Read a scope's file: from the cache when it is the file the cache saw.
+fn read_scope(path: &Path, cache: Option<&ScopeCache>) -> StoreResult<ScopeData> {
+    let mut file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(ScopeData::default()),
+        Err(e) => return Err(e.into()),
+    };
+    let meta = file.metadata()?;
+    let mut bytes = Vec::new();
+    if let Some(cache) = cache {
+        let mut head = [0u8; HEAD.len() + GEN_HEX + 1];
+        let n = read_up_to(&mut file, &mut head)?;
+        if let Some(data) = Stamp::of(&head[..n], &meta).and_then(|s| cache.take(path, &s)) {
+            return Ok(data);
+        }
+        bytes.extend_from_slice(&head[..n]);
+    }
+    bytes.reserve(usize::try_from(meta.len()).unwrap_or(0));
+    file.read_to_end(&mut bytes)?;
+    serde_json::from_slice(&bytes).map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{}: {e}", path.display()),
+        )
+        .into()
+    })
+}
+
+/// Fill `buf` as far as the file goes.
+fn read_up_to(file: &mut File, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
 }
 
 impl StateStore for DiskStore {
@@ -70,20 +244,12 @@ impl StateStore for DiskStore {
             .open(&lock_path)?;
         let lock = lock_gated(lock, deadline).map_err(|e| lock_failed(scope, e))?;
         sweep_temp_files(&path);
-        let data = match fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
-                io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("{}: {e}", path.display()),
-                )
-            })?,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => ScopeData::default(),
-            Err(e) => return Err(e.into()),
-        };
+        let data = read_scope(&path, self.cache.as_deref())?;
         Ok(Box::new(DiskTxn {
+            _lock: lock,
             path,
             data,
-            _lock: lock,
+            cache: self.cache.clone(),
         }))
     }
 
@@ -147,6 +313,133 @@ mod tests {
     fn disk_store_follows_the_contract() {
         let r = root("contract");
         super::super::contract::exercise(&DiskStore::new(&r));
+        fs::remove_dir_all(&r).unwrap();
+        super::super::contract::exercise(
+            &DiskStore::new(&r).with_cache(Arc::new(ScopeCache::default())),
+        );
+        fs::remove_dir_all(&r).unwrap();
+    }
+
+    fn scope(plugin: &str) -> Scope {
+        Scope {
+            network: "n".into(),
+            plugin: plugin.into(),
+            data_dir: None,
+        }
+    }
+
+    fn put(store: &DiskStore, scope: &Scope, k: &str, v: &str) {
+        let mut t = store.begin(scope).unwrap();
+        t.data().values.insert(k.into(), v.into());
+        t.commit().unwrap();
+    }
+
+    fn get(store: &DiskStore, scope: &Scope, k: &str) -> Option<String> {
+        store.begin(scope).unwrap().data().values.get(k).cloned()
+    }
+
+    // What the cache trusts is the file: a generation, a length and an
+    // mtime. Whoever else writes the file (another process, an operator's
+    // command, an older wasm-cni without generations, a hand edit) must be
+    // read from the file, and a transaction that does not commit must not
+    // leave its changes for the next one.
+    #[test]
+    fn the_scope_cache_serves_only_the_file_it_committed() {
+        let r = root("cache");
+        let cache = Arc::new(ScopeCache::default());
+        let daemon = DiskStore::new(&r).with_cache(cache.clone());
+        let other = DiskStore::new(&r);
+        let s = scope("p");
+        let file = r.join("n/p.json");
+
+        put(&daemon, &s, "k", "a");
+        assert_eq!(cache.held().0, 1);
+        let written = fs::read(&file).unwrap();
+        assert!(written.starts_with(br#"{"gen":""#), "{written:?}");
+        // A reader without generations (an older binary) still reads it.
+        let plain: ScopeData = serde_json::from_slice(&written).unwrap();
+        assert_eq!(plain.values["k"], "a");
+
+        // Taken from the cache: the entry is gone while the call holds it,
+        // and a call that changes the data and does not commit takes its
+        // changes with it.
+        {
+            let mut t = daemon.begin(&s).unwrap();
+            assert_eq!(t.data().values["k"], "a");
+            assert_eq!(cache.held(), (0, 0));
+            t.data().values.insert("k".into(), "uncommitted".into());
+        }
+        assert_eq!(get(&daemon, &s, "k").as_deref(), Some("a"));
+
+        // Another process commits: its generation is not ours.
+        put(&daemon, &s, "k", "b");
+        put(&other, &s, "k", "c");
+        assert_eq!(get(&daemon, &s, "k").as_deref(), Some("c"));
+
+        // An older wasm-cni writes no generation at all.
+        put(&daemon, &s, "k", "d");
+        fs::write(&file, br#"{"entries":{},"values":{"k":"e"}}"#).unwrap();
+        assert_eq!(get(&daemon, &s, "k").as_deref(), Some("e"));
+
+        // A hand edit that keeps the generation and the length: the mtime
+        // differs (set apart here, since file times can be coarser than two
+        // writes).
+        put(&daemon, &s, "k", "f");
+        let bytes = fs::read(&file).unwrap();
+        let mtime = fs::metadata(&file).unwrap().modified().unwrap();
+        let edited = String::from_utf8(bytes)
+            .unwrap()
+            .replace(r#""k":"f""#, r#""k":"g""#);
+        fs::write(&file, edited).unwrap();
+        File::options()
+            .write(true)
+            .open(&file)
+            .unwrap()
+            .set_modified(mtime + std::time::Duration::from_secs(1))
+            .unwrap();
+        assert_eq!(get(&daemon, &s, "k").as_deref(), Some("g"));
+
+        // Garbage in place of a cached scope is an error, not the cache.
+        put(&daemon, &s, "k", "h");
+        fs::write(&file, b"{\"gen\":").unwrap();
+        assert!(daemon.begin(&s).is_err());
+        fs::remove_dir_all(&r).unwrap();
+    }
+
+    // A request names its dataDir, so a peer can make the daemon commit to
+    // as many scopes as it likes, and a scope may hold up to the store's
+    // quota: the cache must stay within its bounds whatever it is fed.
+    #[test]
+    fn the_scope_cache_is_bounded_in_scopes_and_bytes() {
+        let r = root("cache-bound");
+        let cache = Arc::new(ScopeCache::default());
+        let daemon = DiskStore::new(&r).with_cache(cache.clone());
+        for i in 0..CACHE_SCOPES + 10 {
+            put(&daemon, &scope(&format!("p{i}")), "k", "v");
+        }
+        assert_eq!(cache.held().0, CACHE_SCOPES);
+        let big = "x".repeat(usize::try_from(CACHE_BYTES).unwrap() / 3);
+        for i in 0..4 {
+            put(&daemon, &scope(&format!("big{i}")), "k", &big);
+        }
+        let (n, bytes) = cache.held();
+        assert!(bytes <= CACHE_BYTES, "{n} scopes, {bytes} bytes");
+        // Larger than the whole cache: never kept, still committed.
+        let huge = "y".repeat(usize::try_from(CACHE_BYTES).unwrap() + 1);
+        let before = cache.held();
+        put(&daemon, &scope("huge"), "k", &huge);
+        assert!(cache.held().1 <= before.1);
+        assert_eq!(
+            get(&daemon, &scope("huge"), "k").map(|v| v.len()),
+            Some(huge.len())
+        );
+        // Every scope still reads back, from the cache or from its file.
+        for i in 0..CACHE_SCOPES + 10 {
+            assert_eq!(
+                get(&daemon, &scope(&format!("p{i}")), "k").as_deref(),
+                Some("v")
+            );
+        }
         fs::remove_dir_all(&r).unwrap();
     }
 

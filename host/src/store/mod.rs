@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-pub use disk::DiskStore;
+pub use disk::{DiskStore, ScopeCache};
 pub use etcd::{EtcdConfig, EtcdStore};
 #[cfg(any(test, feature = "fake"))]
 pub use memory::MemoryStore;
