@@ -11,7 +11,7 @@
 //! other writer (another process, an operator's command, an older
 //! wasm-cni) writes another generation or none. With host-local's history
 //! of released addresses a scope holds thousands of entries, and parsing
-//! them was a third of what the store cost a call.
+//! them was nearly half of what the store cost a call.
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
