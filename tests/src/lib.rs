@@ -377,6 +377,31 @@ pub fn run_wrapped(
     run_program(&wasm_cni_bin(), netns, wrapper, env, stdin)
 }
 
+/// Spawn `cmd`, whose program a test may have just copied: another test
+/// thread's fork may still hold the copy's write descriptor until its exec
+/// closes it (ETXTBSY, the kernel race Go's os/exec retries too). Give that
+/// a second; anything else fails at once.
+pub fn spawn_copied(cmd: &mut Command) -> std::io::Result<std::process::Child> {
+    let mut tries = 0;
+    loop {
+        match cmd.spawn() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 100 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// [`Command::output`] through [`spawn_copied`].
+pub fn output_of_copied(cmd: &mut Command) -> std::io::Result<std::process::Output> {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    spawn_copied(cmd)?.wait_with_output()
+}
+
 /// [`run_wrapped`] for another program than `wasm-cni` (the thin client
 /// laid out as a node has it, say).
 pub fn run_program(
@@ -408,20 +433,7 @@ pub fn run_program(
         cmd.env(k, v);
     }
     let start = Instant::now();
-    // A binary a test has just copied can be "busy" for a moment: another
-    // test thread's fork may still hold the copy's write descriptor until
-    // its exec closes it (ETXTBSY, the kernel race Go's os/exec retries
-    // too). Give that a second; anything else fails at once.
-    let mut tries = 0;
-    let mut child = loop {
-        match cmd.spawn() {
-            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 100 => {
-                tries += 1;
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            other => break other.expect("spawn wasm-cni"),
-        }
-    };
+    let mut child = spawn_copied(&mut cmd).expect("spawn wasm-cni");
     if let Some(mut s) = child.stdin.take() {
         // The binary may exit before reading everything (e.g. VERSION).
         let _ = s.write_all(stdin);

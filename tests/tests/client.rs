@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use wasm_cni_tests::{
-    fixture, is_root, run_program, wasm_cni_bin, Daemon, Netns, Sandbox, TempDir,
+    fixture, is_root, output_of_copied, run_program, wasm_cni_bin, Daemon, Netns, Sandbox, TempDir,
 };
 
 /// `wasm-cni-client` and the engine, as `wasm-cni` and `wasm-cni-engine`
@@ -107,14 +107,15 @@ fn the_client_forwards_or_becomes_the_engine() {
         d.log()
     );
     // An operator's command through the client is the engine's.
-    let out = Command::new(layout.client())
-        .args(["plugins", "--plugin-dir"])
-        .arg(sb.plugin_dir())
-        .arg("--cache-dir")
-        .arg(sb.cache_dir())
-        .env_remove("CNI_COMMAND")
-        .output()
-        .unwrap();
+    let out = output_of_copied(
+        Command::new(layout.client())
+            .args(["plugins", "--plugin-dir"])
+            .arg(sb.plugin_dir())
+            .arg("--cache-dir")
+            .arg(sb.cache_dir())
+            .env_remove("CNI_COMMAND"),
+    )
+    .unwrap();
     assert!(out.status.success(), "{out:?}");
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("fx"),
@@ -265,10 +266,7 @@ fn a_missing_sibling_is_a_clear_error_not_a_hang_or_a_panic() {
         r["msg"].as_str().unwrap().contains("wasm-cni-engine"),
         "{r}"
     );
-    let out = Command::new(lonely.client())
-        .arg("plugins")
-        .output()
-        .unwrap();
+    let out = output_of_copied(Command::new(lonely.client()).arg("plugins")).unwrap();
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("wasm-cni-engine"),
@@ -278,11 +276,12 @@ fn a_missing_sibling_is_a_clear_error_not_a_hang_or_a_panic() {
     // says where it runs.
     let engine = lonely.dir.join("wasm-cni-engine");
     std::fs::copy(wasm_cni_bin(), &engine).unwrap();
-    let out = Command::new(&engine)
-        .args(["plugin", "test", "x.wasm", "--config", "c.json"])
-        .env_remove("CNI_COMMAND")
-        .output()
-        .unwrap();
+    let out = output_of_copied(
+        Command::new(&engine)
+            .args(["plugin", "test", "x.wasm", "--config", "c.json"])
+            .env_remove("CNI_COMMAND"),
+    )
+    .unwrap();
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("wasm-cni-plugin-test"),

@@ -17,7 +17,7 @@ use std::process::Command;
 
 use serde_json::{json, Value};
 use wasm_cni_tests::{
-    is_root, plugin, tls_certs, wasm_cni_bin, Installed, KubeApi, Netns, TempDir,
+    is_root, output_of_copied, plugin, tls_certs, wasm_cni_bin, Installed, KubeApi, Netns, TempDir,
 };
 
 /// The image's content: the engine (and the thin client when it was built
@@ -173,21 +173,9 @@ fn walk(dir: &Path, out: &mut Vec<(PathBuf, Vec<u8>)>) {
 }
 
 fn run(bin: &Path, args: &[String]) -> (i32, String, String) {
-    // The test copied `bin` a moment ago; a child another test thread forks
-    // meanwhile holds that write descriptor until its own exec, and exec
-    // of `bin` fails with ETXTBSY until then (the harness's race, not
-    // install's: installed files are closed before they are renamed in).
-    let mut tries = 0;
-    let out = loop {
-        match Command::new(bin).args(args).env_clear().output() {
-            // 26: ETXTBSY.
-            Err(e) if e.raw_os_error() == Some(26) && tries < 50 => {
-                tries += 1;
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            r => break r.unwrap(),
-        }
-    };
+    // The test copied `bin` a moment ago (installed files themselves are
+    // closed before they are renamed in).
+    let out = output_of_copied(Command::new(bin).args(args).env_clear()).unwrap();
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
