@@ -101,9 +101,10 @@ impl Stamp {
 impl ScopeCache {
     /// The scope's data if `stamp` is the file as it was committed; taken,
     /// so that a transaction that does not commit leaves nothing behind.
-    fn take(&self, path: &Path, stamp: &Stamp) -> Option<ScopeData> {
+    /// A file without a stamp drops what was kept of it.
+    fn take(&self, path: &Path, stamp: Option<&Stamp>) -> Option<ScopeData> {
         let mut scopes = self.scopes.lock().unwrap_or_else(PoisonError::into_inner);
-        let hit = scopes.get(path).is_some_and(|c| c.stamp == *stamp);
+        let hit = scopes.get(path).is_some_and(|c| Some(&c.stamp) == stamp);
         // Stale or taken: either way it is of no further use.
         let cached = scopes.remove(path)?;
         hit.then_some(cached.data)
@@ -196,7 +197,7 @@ fn read_scope(path: &Path, cache: Option<&ScopeCache>) -> StoreResult<ScopeData>
     if let Some(cache) = cache {
         let mut head = [0u8; HEAD.len() + GEN_HEX + 1];
         let n = read_up_to(&mut file, &mut head)?;
-        if let Some(data) = Stamp::of(&head[..n], &meta).and_then(|s| cache.take(path, &s)) {
+        if let Some(data) = cache.take(path, Stamp::of(&head[..n], &meta).as_ref()) {
             return Ok(data);
         }
         bytes.extend_from_slice(&head[..n]);
@@ -380,6 +381,7 @@ mod tests {
         put(&daemon, &s, "k", "d");
         fs::write(&file, br#"{"entries":{},"values":{"k":"e"}}"#).unwrap();
         assert_eq!(get(&daemon, &s, "k").as_deref(), Some("e"));
+        assert_eq!(cache.held().0, 0, "what was kept of it is dropped");
 
         // A hand edit that keeps the generation and the length: the mtime
         // differs (set apart here, since file times can be coarser than two
