@@ -195,12 +195,12 @@ fn read_scope(path: &Path, cache: Option<&ScopeCache>) -> StoreResult<ScopeData>
     let meta = file.metadata()?;
     let mut bytes = Vec::new();
     if let Some(cache) = cache {
-        let mut head = [0u8; HEAD.len() + GEN_HEX + 1];
-        let n = read_up_to(&mut file, &mut head)?;
-        if let Some(data) = cache.take(path, Stamp::of(&head[..n], &meta).as_ref()) {
+        // The head alone first: a hit reads no more of the file.
+        let head = (HEAD.len() + GEN_HEX + 1) as u64;
+        (&mut file).take(head).read_to_end(&mut bytes)?;
+        if let Some(data) = cache.take(path, Stamp::of(&bytes, &meta).as_ref()) {
             return Ok(data);
         }
-        bytes.extend_from_slice(&head[..n]);
     }
     bytes.reserve(usize::try_from(meta.len()).unwrap_or(0));
     file.read_to_end(&mut bytes)?;
@@ -211,20 +211,6 @@ fn read_scope(path: &Path, cache: Option<&ScopeCache>) -> StoreResult<ScopeData>
         )
         .into()
     })
-}
-
-/// Fill `buf` as far as the file goes.
-fn read_up_to(file: &mut File, buf: &mut [u8]) -> io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match file.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(n)
 }
 
 impl StateStore for DiskStore {
