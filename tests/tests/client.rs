@@ -250,6 +250,44 @@ fn what_nodes_run_carries_no_fake_model_or_fuzz_harness() {
     assert!(!c.contains("wasmtime"), "the client links the engine");
 }
 
+/// The client is what a runtime executes for every call of a daemon
+/// network, so what its start costs is paid per call. It is a static PIE
+/// (no loader to find on the node, its code still at random addresses) and
+/// carries none of glibc's start-up probe of the CPU's caches, whose `cpuid`
+/// instructions each trap to the hypervisor on a VM (findings, issue 21
+/// fifth part). The engine, still linked with glibc, is the control: the
+/// probe's names are what the listing would show.
+#[test]
+fn the_client_starts_without_a_loader_or_glibcs_cpu_probe() {
+    let engine = wasm_cni_bin();
+    let client = engine.with_file_name("wasm-cni-client");
+    let out = Command::new("readelf")
+        .arg("-lW")
+        .arg(&client)
+        .output()
+        .expect("readelf (binutils)");
+    assert!(out.status.success(), "readelf: {out:?}");
+    let headers = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        headers.contains("DYN (Position-Independent Executable"),
+        "the client is not position-independent:\n{headers}"
+    );
+    assert!(
+        !headers.contains("INTERP"),
+        "the client asks for a loader:\n{headers}"
+    );
+    let probe = ["intel_check_word", "handle_amd", "__libc_early_init"];
+    let control = symbols(&engine);
+    for p in probe {
+        assert!(control.contains(p), "no {p} in the engine's listing");
+    }
+    let c = symbols(&client);
+    assert!(c.contains("wasm_cni_client::"), "no symbols for the client");
+    for p in probe {
+        assert!(!c.contains(p), "the client links glibc's {p}");
+    }
+}
+
 #[test]
 fn a_missing_sibling_is_a_clear_error_not_a_hang_or_a_panic() {
     let dir = TempDir::new("lonely");

@@ -8,8 +8,8 @@ use crate::toolchain::{RUST_PACKAGES, WASI_LIBC_PACKAGE};
 use crate::{fail, Context, Result};
 
 /// What the host build needs besides the toolchain: etcd-client compiles
-/// the etcd API's protos with protoc.
-pub const BUILD_PACKAGES: &[&str] = &["protobuf-compiler"];
+/// the etcd API's protos with protoc; the thin client links musl.
+pub const BUILD_PACKAGES: &[&str] = &["protobuf-compiler", "musl-dev"];
 
 /// What the integration tests and the demo run besides the build.
 /// nftables and iptables: the tests read the node's rulesets with them, and

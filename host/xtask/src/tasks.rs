@@ -122,66 +122,142 @@ fn build_host(root: &Path, build: &StaticBuild) -> Result<PathBuf> {
     for entry in std::fs::read_dir(&built).context(built.display())? {
         let path = entry.context(built.display())?.path();
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        let wanted = matches!(
-            name,
-            "wasm-cni" | "wasm-cni-client" | "wasm-cni-bench" | "wasm-cni-floor"
-        );
+        // The client and the floor come from `install_small`.
+        let wanted = matches!(name, "wasm-cni" | "wasm-cni-bench");
         if wanted && path.is_file() {
             install_stripped(&path, &bin, name)?;
         }
     }
-    install_client(root, &bin, build)?;
+    install_small(root, &bin, build)?;
     Ok(bin)
 }
 
-/// Build `wasm-cni-client` for size and put it into `bin` over the one the
-/// static build made: profile `client` (opt-level z, whole-program LTO),
-/// the standard library rebuilt with it (Debian's rustc and library source,
-/// as for the guests) and panics an immediate abort, which drops the panic
-/// and backtrace machinery. Static like the rest. Its own target directory:
-/// a standard library built this way must not meet the workspace's.
-/// 1.37 MB → under 1 MB (host/bench/results/findings.md).
-fn install_client(root: &Path, bin: &Path, build: &StaticBuild) -> Result<()> {
+/// The programs whose process start is what they cost: the thin client,
+/// which a runtime executes for every call of a daemon network, and the
+/// bench's floor, which must not pay a start the cheapest program would
+/// not. Built for size into `bin`: profile `client` (opt-level z,
+/// whole-program LTO), the standard library rebuilt with it (Debian's rustc
+/// and library source, as for the guests) and panics an immediate abort,
+/// which drops the panic and backtrace machinery. Their own target
+/// directory: a standard library built this way must not meet the
+/// workspace's.
+///
+/// On a glibc machine they are linked against musl ([`MuslLink`]), static
+/// and position-independent. glibc's start-up probes the CPU's caches with
+/// `cpuid`, a dozen rounds of leaves 2 and 4, and under a hypervisor every
+/// `cpuid` is a trap to it: measured on a cloud VM, 8.5 µs each and 0.5 ms
+/// of CPU per process start, nearly all the client cost a call. musl does
+/// no such probe (host/bench/results/findings.md, issue 21 fifth part).
+fn install_small(root: &Path, bin: &Path, build: &StaticBuild) -> Result<()> {
+    const PROGRAMS: [&str; 2] = ["wasm-cni-client", "wasm-cni-floor"];
     let started = Instant::now();
-    let triple = build.triple.as_str();
     let target_dir = root.join("target/client");
+    let musl = MuslLink::for_host(&build.triple, &target_dir)?;
+    let (triple, link_flags) = match &musl {
+        Some(m) => (m.triple.clone(), m.rustflags()),
+        None => (build.triple.clone(), build.rustflags.clone()),
+    };
     let mut cmd = toolchain::debian_cargo();
     cmd.current_dir(root)
-        .args([
-            "build",
-            "--locked",
-            "--profile",
-            "client",
-            "-p",
-            "wasm-cni-client",
-        ])
-        .args(["--bin", "wasm-cni-client", "--target", triple])
+        .args(["build", "--locked", "--profile", "client"]);
+    for p in PROGRAMS {
+        cmd.args(["-p", p, "--bin", p]);
+    }
+    cmd.args(["--target", &triple])
         .arg("-Zbuild-std=std,panic_abort")
         .arg("--target-dir")
         .arg(&target_dir);
-    let flags = format!(
-        "{} -Zunstable-options -Cpanic=immediate-abort",
-        build.rustflags
-    );
-    cmd.env(toolchain::target_rustflags_var(triple), flags.trim());
+    let flags = format!("{link_flags} -Zunstable-options -Cpanic=immediate-abort");
+    cmd.env(toolchain::target_rustflags_var(&triple), flags.trim());
     println!(
-        "xtask: the thin client, for size, with {}",
+        "xtask: {}, for size, for {triple}, with {}",
+        PROGRAMS.join(" and "),
         toolchain::DEBIAN_CARGO
     );
     let status = cmd.status().context("running Debian's cargo")?;
     if !status.success() {
         return Err(fail!(
-            "building wasm-cni-client for size failed ({status}); `cargo xtask setup` installs \
-             the Debian toolchain it needs"
+            "building {} for size failed ({status}); `cargo xtask setup` installs the Debian \
+             toolchain and musl they need",
+            PROGRAMS.join(" and ")
         ));
     }
-    let built = target_dir.join(triple).join("client/wasm-cni-client");
-    install_stripped(&built, bin, "wasm-cni-client")?;
+    for p in PROGRAMS {
+        let built = target_dir.join(&triple).join("client").join(p);
+        install_stripped(&built, bin, p)?;
+    }
     println!(
-        "xtask: the thin client done in {:.0} s",
+        "xtask: {} done in {:.0} s",
+        PROGRAMS.join(" and "),
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// Linking a static PIE against Debian's musl (package `musl-dev`, which
+/// `cargo xtask setup` installs): rustc's musl targets expect musl's objects
+/// inside the Rust toolchain, which Debian does not ship, so the link is
+/// gcc's with a specs file pointing at Debian's. Debian's own `musl-gcc`
+/// specs always ask for the dynamic loader; these start a static PIE with
+/// `rcrt1.o`, which relocates the program itself (the code keeps ASLR).
+struct MuslLink {
+    triple: String,
+    /// What the link is given: the specs file and the directory of an
+    /// empty `libunwind.a`.
+    specs: PathBuf,
+    lib_dir: PathBuf,
+}
+
+impl MuslLink {
+    /// For a `<arch>-unknown-linux-gnu` host: the same machine with musl.
+    /// None elsewhere (the client then links like the rest of the host).
+    fn for_host(host: &str, target_dir: &Path) -> Result<Option<MuslLink>> {
+        let Some(arch) = host.strip_suffix("-unknown-linux-gnu") else {
+            return Ok(None);
+        };
+        let musl = PathBuf::from(format!("/usr/lib/{arch}-linux-musl"));
+        for needed in ["rcrt1.o", "crti.o", "crtn.o", "libc.a"] {
+            if !musl.join(needed).is_file() {
+                return Err(fail!(
+                    "{} missing: the thin client links musl; `cargo xtask setup` installs \
+                     musl-dev",
+                    musl.join(needed).display()
+                ));
+            }
+        }
+        let dir = target_dir.join("musl");
+        std::fs::create_dir_all(&dir).context(dir.display())?;
+        let m = musl.display();
+        let specs = format!(
+            "*link_libgcc:\n-L{m}\n\n\
+             *libgcc:\nlibgcc.a%s %:if-exists(libgcc_eh.a%s)\n\n\
+             *startfile:\n{m}/rcrt1.o {m}/crti.o crtbeginS.o%s\n\n\
+             *endfile:\ncrtendS.o%s {m}/crtn.o\n\n\
+             *link:\n-static -pie --no-dynamic-linker -z text -nostdlib\n"
+        );
+        let specs_file = dir.join("static-pie.specs");
+        std::fs::write(&specs_file, specs).context(specs_file.display())?;
+        // std's unwind crate asks for `-lunwind` on static musl. Panics
+        // abort at once in this build, so nothing calls the unwinder: an
+        // empty archive answers the request, and a reference to it would
+        // fail the link rather than pass unnoticed.
+        let unwind = dir.join("libunwind.a");
+        std::fs::write(&unwind, b"!<arch>\n").context(unwind.display())?;
+        Ok(Some(MuslLink {
+            triple: format!("{arch}-unknown-linux-musl"),
+            specs: specs_file,
+            lib_dir: dir,
+        }))
+    }
+
+    fn rustflags(&self) -> String {
+        format!(
+            "-C target-feature=+crt-static -C link-self-contained=no -C linker=gcc \
+             -C link-arg=-specs={} -L native={}",
+            self.specs.display(),
+            self.lib_dir.display()
+        )
+    }
 }
 
 /// Put `path` into `bin` as `name` without its debug info and symbols,
