@@ -25,6 +25,7 @@
 
 pub mod client;
 mod metrics;
+mod workers;
 pub use wasm_cni_client::wire;
 
 use std::collections::HashMap;
@@ -46,6 +47,13 @@ use crate::log::{self, Level};
 use metrics::Metrics;
 pub use metrics::MetricsAddr;
 use wire::{Request, Response, WireError};
+use workers::Workers;
+
+/// Request threads that may wait for the next connection at once, and for
+/// how long (workers.rs): enough for a node's burst of pod starts, few
+/// enough that their stacks' touched pages stay small.
+const KEEP_IDLE_THREADS: usize = 16;
+const KEEP_THREADS_FOR: Duration = Duration::from_secs(30);
 
 /// How `wasm-cni daemon` runs.
 #[derive(Debug, Clone)]
@@ -126,6 +134,7 @@ struct Shared {
     traces: Option<crate::trace::Exporter>,
     slots: Arc<Slots>,
     conns: Conns,
+    workers: Arc<Workers>,
     stopping: AtomicBool,
 }
 
@@ -179,6 +188,14 @@ pub fn serve(opts: Options) -> Result<(), String> {
         slots: Arc::new(Slots::new(opts.max_concurrent.max(1))),
         turns: Turns::default(),
         conns: Conns::default(),
+        // Wasm runs on a request thread's stack (1 MiB at most) above the
+        // host's own frames.
+        workers: Workers::new(
+            "wasm-cni-request",
+            8 << 20,
+            opts.max_concurrent.clamp(1, KEEP_IDLE_THREADS),
+            KEEP_THREADS_FOR,
+        ),
         host,
         stopping: AtomicBool::new(false),
         opts,
@@ -346,21 +363,16 @@ fn admit(shared: &Arc<Shared>, stream: UnixStream) {
         Err(why) => return refuse(shared, &stream, "busy", why),
     };
     let s = shared.clone();
-    let spawned = std::thread::Builder::new()
-        .name("wasm-cni-request".into())
-        // Wasm runs on this thread's stack (1 MiB at most) above the
-        // host's own frames.
-        .stack_size(8 << 20)
-        .spawn(move || {
-            let peer = Peer {
-                uid,
-                gid,
-                pid,
-                netns: None,
-                dirs: s.opts.peer_dirs.clone(),
-            };
-            handle(&s, stream, peer, guard);
-        });
+    let spawned = shared.workers.run(move || {
+        let peer = Peer {
+            uid,
+            gid,
+            pid,
+            netns: None,
+            dirs: s.opts.peer_dirs.clone(),
+        };
+        handle(&s, stream, peer, guard);
+    });
     if let Err(e) = spawned {
         log::error(format_args!("daemon: cannot start a request thread: {e}"));
     }

@@ -1,0 +1,221 @@
+//! Request threads kept for the next connection.
+//!
+//! A connection still has a thread of its own for as long as it lasts, so a
+//! peer that sends slowly holds its own thread and never another peer's.
+//! What changes is the end: a thread whose connection is done waits a while
+//! for the next one instead of exiting. A new thread costs a clone, a stack
+//! mapping, the handle on its own network namespace that `in_netns` opens
+//! once per thread, a malloc arena's first touch, and at exit the stack's
+//! pages given back, which on a daemon that ran on several CPUs is a TLB
+//! shootdown on each of them (host/bench/results/findings.md).
+//!
+//! Nothing of a request outlives it on its thread: the daemon never changes
+//! a thread's credentials, `in_netns` always brings the thread back to its
+//! own namespace (or aborts the process), and the log capture is restored
+//! when the call it wraps returns.
+
+use std::collections::VecDeque;
+use std::io;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+type Job = Box<dyn FnOnce() + Send + 'static>;
+
+pub struct Workers {
+    state: Mutex<State>,
+    more: Condvar,
+    /// Threads that may wait at once; one finishing beyond that exits.
+    keep_idle: usize,
+    /// How long a thread waits for the next connection before exiting.
+    idle_for: Duration,
+    stack_size: usize,
+    name: &'static str,
+}
+
+#[derive(Default)]
+struct State {
+    /// Waiting threads that no queued job is meant for: the number of
+    /// waiting threads less the queued jobs.
+    idle: usize,
+    queue: VecDeque<Job>,
+    /// Threads started so far.
+    started: u64,
+}
+
+impl Workers {
+    pub fn new(
+        name: &'static str,
+        stack_size: usize,
+        keep_idle: usize,
+        idle_for: Duration,
+    ) -> Arc<Self> {
+        Arc::new(Workers {
+            state: Mutex::new(State::default()),
+            more: Condvar::new(),
+            keep_idle,
+            idle_for,
+            stack_size,
+            name,
+        })
+    }
+
+    /// Run `job` on a waiting thread, or on a new one if none waits.
+    pub fn run(self: &Arc<Self>, job: impl FnOnce() + Send + 'static) -> io::Result<()> {
+        let job: Job = Box::new(job);
+        {
+            let mut s = self
+                .state
+                .lock()
+                .map_err(|_| io::Error::other("the request threads' state is poisoned"))?;
+            if s.idle > 0 {
+                s.idle -= 1;
+                s.queue.push_back(job);
+                drop(s);
+                self.more.notify_one();
+                return Ok(());
+            }
+            s.started += 1;
+        }
+        let me = self.clone();
+        std::thread::Builder::new()
+            .name(self.name.into())
+            .stack_size(self.stack_size)
+            .spawn(move || {
+                job();
+                me.serve_more();
+            })
+            .map(|_| ())
+    }
+
+    /// Threads started so far.
+    #[cfg(test)]
+    fn started(&self) -> u64 {
+        self.state.lock().map(|s| s.started).unwrap_or(0)
+    }
+
+    /// After a job: take the next until none comes within `idle_for`.
+    fn serve_more(&self) {
+        while let Some(job) = self.next_job() {
+            job();
+        }
+    }
+
+    fn next_job(&self) -> Option<Job> {
+        let mut s = self.state.lock().ok()?;
+        // Counted as waiting only when no more than `keep_idle` are.
+        if s.idle >= self.keep_idle {
+            return None;
+        }
+        s.idle += 1;
+        let deadline = Instant::now() + self.idle_for;
+        loop {
+            // Any waiting thread may take any queued job: the count stays
+            // right, since the job's sender already took one off `idle`.
+            if let Some(job) = s.queue.pop_front() {
+                return Some(job);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                s.idle -= 1;
+                return None;
+            }
+            s = self.more.wait_timeout(s, deadline - now).ok()?.0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    fn thread_id_of(w: &Arc<Workers>) -> std::thread::ThreadId {
+        let (tx, rx) = mpsc::channel();
+        w.run(move || {
+            let _ = tx.send(std::thread::current().id());
+        })
+        .unwrap();
+        rx.recv_timeout(Duration::from_secs(5)).unwrap()
+    }
+
+    /// Wait until the thread that ran the last job waits for the next.
+    fn until_idle(w: &Workers, n: usize) {
+        let end = Instant::now() + Duration::from_secs(5);
+        while w.state.lock().unwrap().idle < n {
+            assert!(Instant::now() < end, "no thread came back to wait");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn a_finished_thread_takes_the_next_connection() {
+        let w = Workers::new("t", 1 << 20, 4, Duration::from_secs(30));
+        let first = thread_id_of(&w);
+        until_idle(&w, 1);
+        let second = thread_id_of(&w);
+        assert_eq!(first, second);
+        assert_eq!(w.started(), 1);
+    }
+
+    #[test]
+    fn connections_at_once_each_get_a_thread() {
+        // A slow peer must not hold up another: two jobs that each wait for
+        // the other can only finish on two threads.
+        let w = Workers::new("t", 1 << 20, 4, Duration::from_secs(30));
+        let (a_tx, a_rx) = mpsc::channel::<()>();
+        let (b_tx, b_rx) = mpsc::channel::<()>();
+        let (done_tx, done_rx) = mpsc::channel();
+        let d = done_tx.clone();
+        w.run(move || {
+            a_tx.send(()).unwrap();
+            b_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+            d.send(()).unwrap();
+        })
+        .unwrap();
+        w.run(move || {
+            a_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+            b_tx.send(()).unwrap();
+            done_tx.send(()).unwrap();
+        })
+        .unwrap();
+        for _ in 0..2 {
+            done_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        }
+        assert_eq!(w.started(), 2);
+    }
+
+    #[test]
+    fn idle_threads_exit_after_their_wait_and_beyond_the_bound() {
+        let w = Workers::new("t", 1 << 20, 1, Duration::from_millis(50));
+        let (tx, rx) = mpsc::channel::<()>();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let go_rx = Arc::new(Mutex::new(go_rx));
+        for _ in 0..3 {
+            let (tx, go) = (tx.clone(), go_rx.clone());
+            w.run(move || {
+                let _ = go.lock().unwrap().recv_timeout(Duration::from_secs(5));
+                tx.send(()).unwrap();
+            })
+            .unwrap();
+        }
+        assert_eq!(w.started(), 3);
+        for _ in 0..3 {
+            go_tx.send(()).unwrap();
+        }
+        for _ in 0..3 {
+            rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        }
+        // Only one of the three stays to wait, and only for a while.
+        until_idle(&w, 1);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(w.state.lock().unwrap().idle, 1);
+        let end = Instant::now() + Duration::from_secs(5);
+        while w.state.lock().unwrap().idle > 0 {
+            assert!(Instant::now() < end, "the idle thread never left");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // Then the next connection starts a thread again.
+        thread_id_of(&w);
+        assert_eq!(w.started(), 4);
+    }
+}
