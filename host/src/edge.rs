@@ -85,6 +85,10 @@ pub struct Host {
     scopes: Arc<ScopeCache>,
     /// Calls are traced: keep the host's work per plugin call.
     traced: bool,
+    /// Stores the daemon may have alive at once: its engine keeps their
+    /// instances' slots (`SharedEngine::pooled`). None: one call, per
+    /// invocation.
+    pooled_calls: Option<u32>,
     /// The trust policy file the operator gave (the daemon's
     /// `--trust-policy`); without it `image::trust::load` looks where a
     /// node's policy is. Never a request's.
@@ -103,6 +107,12 @@ impl Host {
     }
 
     /// A host whose calls keep what they do for their traces.
+    /// Keep instance slots for `calls` stores alive at once (a daemon).
+    pub fn pooled(mut self, calls: u32) -> Self {
+        self.pooled_calls = Some(calls);
+        self
+    }
+
     pub fn traced(mut self, traced: bool) -> Self {
         self.traced = traced;
         self
@@ -154,8 +164,11 @@ impl Host {
         if let Some(e) = &*slot {
             return Ok(e.clone());
         }
-        let engine = SharedEngine::new()
-            .map_err(|e| HostError::internal(format!("starting the wasm engine: {e}")))?;
+        let engine = match self.pooled_calls {
+            Some(calls) => SharedEngine::pooled(calls),
+            None => SharedEngine::new(),
+        }
+        .map_err(|e| HostError::internal(format!("starting the wasm engine: {e}")))?;
         *slot = Some(engine.clone());
         Ok(engine)
     }

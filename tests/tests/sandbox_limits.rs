@@ -26,7 +26,9 @@ use serde_json::{json, Value};
 use wasm_cni_tests::hostile::{
     add, entry, files, hostile, hostile_with, Attack, DEADLINE_MS, SLACK,
 };
-use wasm_cni_tests::{fixture, is_root, plugin_logs, Invocation, Netns, Output, Sandbox, TempDir};
+use wasm_cni_tests::{
+    fixture, is_root, plugin_logs, Daemon, Invocation, Netns, Output, Sandbox, TempDir,
+};
 
 #[test]
 fn runaway_cpu_ends_at_the_deadline() {
@@ -201,6 +203,39 @@ fn wasi_sockets_and_files_are_denied() {
     // Memories are capped together: three of them, each under the cap.
     let conf = probe.conf(&sb, "hwasi", 0, true);
     attack(999, &["memory limit of 67108864 bytes exceeded"]).run(&sb, &pod, &conf, add("c1"));
+}
+
+/// A daemon keeps its instances' slots between calls (`instance_pool`).
+/// The attacker is a plugin that reads what the call before it on the slot
+/// left in memory: its own component's earlier call, for another
+/// attachment, another tenant, in the pages a slot keeps resident (reset in
+/// place) and in those it gives back. It must find nothing; and a slot
+/// holds memories under the same per-call cap as a fresh mapping.
+#[test]
+fn a_daemons_pooled_slot_keeps_nothing_of_the_last_call() {
+    let Some((sb, pod)) = hostile("hpool") else {
+        return;
+    };
+    let daemon = Daemon::start(&pod.node.name, &[]);
+    let probe = WasiProbe::new(&sb);
+    let attack = |code, cause| Attack {
+        plugin: "wasi-probe",
+        ..Attack::new(code, cause)
+    };
+    let conf = daemon.conf(&probe.conf(&sb, "hpool", 3, false), "require");
+    for id in ["c1", "c2", "c3"] {
+        attack(5, &["memory was fresh: no residue of an earlier call"]).run(
+            &sb,
+            &pod,
+            &conf,
+            add(id),
+        );
+    }
+    let conf = daemon.conf(&probe.conf(&sb, "hpool", 0, true), "require");
+    attack(999, &["memory limit of 67108864 bytes exceeded"]).run(&sb, &pod, &conf, add("c4"));
+    // Served by this daemon (not in process): its log has the calls.
+    let log = daemon.log();
+    assert!(log.matches("wasi-probe").count() >= 4, "{log}");
 }
 
 #[test]

@@ -8,6 +8,11 @@
 ;;      having no descriptor to open /etc/passwd under, forge one: the
 ;;      canonical ABI traps on the unknown handle index.
 ;;   2  namespaces: forge a `netns` handle and list its links: the same trap.
+;;   3  residue: look for what an earlier call of this component left in
+;;      memory (a marker in the first page, and in every 4 KiB of 40 pages
+;;      it grew: past the daemon's 1 MiB kept resident, so both of a pool
+;;      slot's resets are seen), then leave the same marker for the next
+;;      call: error 5 "memory was fresh: no residue of an earlier call".
 ;; Anything that gets through ends in error 999 "LEAKED: ...". Every other
 ;; verb succeeds.
 (module
@@ -45,6 +50,8 @@
   (data (i32.const 1500) "unknown attack")
   (data (i32.const 1600) "an error other than access-denied")
   (data (i32.const 1700) "localhost")
+  (data (i32.const 1800) "LEAKED: memory of an earlier call")
+  (data (i32.const 1900) "memory was fresh: no residue of an earlier call")
 
   ;; A bump allocator: the host allocates the request and import results here.
   (func (export "cabi_realloc") (param $old i32) (param $old_size i32)
@@ -124,7 +131,32 @@
     (call $list_links (i32.const 5) (i32.const 16))
     (call $fail (i32.const 999) (i32.const 1400) (i32.const 36)))
 
+  ;; The marker an earlier call leaves at 3000 and in the pages it grew.
+  (func $residue (result i32)
+    (local $base i32) (local $p i32) (local $end i32)
+    (if (i32.eq (i32.load (i32.const 3000)) (i32.const 0x5ec2e7))
+      (then (return (call $fail (i32.const 999) (i32.const 1800) (i32.const 33)))))
+    ;; Every page above the two declared ones: grown by an earlier call,
+    ;; if the slot kept them.
+    (local.set $base (memory.grow (i32.const 40)))
+    (if (i32.lt_s (local.get $base) (i32.const 0)) (then unreachable))
+    (local.set $end (i32.mul (memory.size) (i32.const 65536)))
+    (local.set $p (i32.const 131072))
+    (loop $scan
+      (if (i32.eq (i32.load (local.get $p)) (i32.const 0x5ec2e7))
+        (then (return (call $fail (i32.const 999) (i32.const 1800) (i32.const 33)))))
+      (local.set $p (i32.add (local.get $p) (i32.const 4096)))
+      (br_if $scan (i32.lt_u (local.get $p) (local.get $end))))
+    (i32.store (i32.const 3000) (i32.const 0x5ec2e7))
+    (local.set $p (i32.const 131072))
+    (loop $mark
+      (i32.store (local.get $p) (i32.const 0x5ec2e7))
+      (local.set $p (i32.add (local.get $p) (i32.const 4096)))
+      (br_if $mark (i32.lt_u (local.get $p) (local.get $end))))
+    (call $fail (i32.const 5) (i32.const 1900) (i32.const 47)))
+
   (func (export "cni:plugin/plugin@0.2.0#add") (param i32) (result i32)
+    (if (i32.eq (global.get $attack) (i32.const 3)) (then (return (call $residue))))
     (if (i32.eq (global.get $attack) (i32.const 0)) (then (return (call $sockets))))
     (if (i32.eq (global.get $attack) (i32.const 1)) (then (return (call $filesystem))))
     (if (i32.eq (global.get $attack) (i32.const 2)) (then (return (call $netns))))

@@ -157,6 +157,14 @@ fn fixed_mmap_threshold() {
     }
 }
 
+/// Stores alive at once: each request in flight runs a plugin and, inside
+/// it, its IPAM delegate (which cannot delegate further); the readiness
+/// check runs calls of its own beside them.
+fn pooled_calls(max_concurrent: usize) -> u32 {
+    let calls = max_concurrent.max(1).saturating_add(1).saturating_mul(2);
+    u32::try_from(calls).unwrap_or(u32::MAX)
+}
+
 /// Run until SIGTERM or SIGINT; `Ok` once everything in flight is done, or
 /// the drain bound has passed.
 pub fn serve(opts: Options) -> Result<(), String> {
@@ -171,6 +179,7 @@ pub fn serve(opts: Options) -> Result<(), String> {
         .set_nonblocking(true)
         .map_err(|e| format!("socket: {e}"))?;
     let host = Host::new()
+        .pooled(pooled_calls(opts.max_concurrent))
         .traced(opts.otlp_endpoint.is_some())
         .with_trust_policy(opts.trust_policy.clone());
     host.warm().map_err(|e| e.to_string())?;

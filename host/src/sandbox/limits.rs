@@ -86,6 +86,49 @@ pub const MAX_TABLES: usize = 64;
 /// every table of a call.
 pub const MAX_TABLE_ELEMENTS: usize = 1_000_000;
 
+/// A call's linear memory kept resident in a daemon's pool slot after the
+/// call: reset by `memset` of the pages it touched (found with
+/// `PAGEMAP_SCAN`), not unmapped, so the next call on the slot neither
+/// faults them in again nor makes the kernel shoot down other CPUs' TLB
+/// entries. Beyond it, a slot's pages are given back (`madvise`).
+pub const POOL_KEEP_RESIDENT: usize = 1 << 20;
+/// Slots that hold no instance but keep their resident pages for the module
+/// last in them; a daemon's memory while idle grows by at most this many
+/// times [`POOL_KEEP_RESIDENT`].
+pub const POOL_WARM_SLOTS: u32 = 8;
+
+/// The daemon's instance pool, for `calls` stores alive at once (requests
+/// in flight, each a plugin and its IPAM delegate).
+///
+/// Slots are reused rather than mapped and unmapped per call. What a slot
+/// can hold is what any one call may have, and the pool has room for every
+/// call at its caps at once, so that no call, however hostile, can take the
+/// room another needs: a pool that ran out would fail calls of other
+/// networks and tenants, which per-call allocation never did. Each memory
+/// slot reserves the 4 GiB a 32-bit memory can reach (so no configured
+/// `memoryBytes` is beyond it; the [`MemoryCap`] still bounds each call),
+/// as address space only: pages exist as they are touched.
+pub fn instance_pool(calls: u32) -> wasmtime::PoolingAllocationConfig {
+    let calls = calls.max(1);
+    let mut pool = wasmtime::PoolingAllocationConfig::new();
+    pool.total_component_instances(calls)
+        .total_core_instances(calls.saturating_mul(MAX_INSTANCES as u32))
+        .max_core_instances_per_component(MAX_INSTANCES as u32)
+        .total_memories(calls.saturating_mul(MAX_MEMORIES as u32))
+        .max_memories_per_component(MAX_MEMORIES as u32)
+        .max_memories_per_module(MAX_MEMORIES as u32)
+        .max_memory_size(1 << 32)
+        .total_tables(calls.saturating_mul(MAX_TABLES as u32))
+        .max_tables_per_component(MAX_TABLES as u32)
+        .max_tables_per_module(MAX_TABLES as u32)
+        .table_elements(MAX_TABLE_ELEMENTS)
+        .linear_memory_keep_resident(POOL_KEEP_RESIDENT)
+        .table_keep_resident(64 << 10)
+        .max_unused_warm_slots(POOL_WARM_SLOTS)
+        .pagemap_scan(wasmtime::Enabled::Auto);
+    pool
+}
+
 /// Caps linear memory and remembers that it did, so the host can say
 /// "memory limit" instead of reporting the allocator's abort.
 ///
@@ -249,6 +292,44 @@ impl Drop for Ticker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What one call at every cap holds: 64 instances, 8 memories and 64
+    /// tables (of a million elements between them).
+    fn call_at_its_caps(engine: &Engine) -> wasmtime::Result<Vec<wasmtime::Store<MemoryCap>>> {
+        let big = format!(
+            "(module {} (table {} funcref) {})",
+            "(memory 1) ".repeat(MAX_MEMORIES),
+            MAX_TABLE_ELEMENTS - (MAX_TABLES - 1),
+            "(table 1 funcref) ".repeat(MAX_TABLES - 1),
+        );
+        let big = wasmtime::Module::new(engine, wat::parse_str(big)?)?;
+        let empty = wasmtime::Module::new(engine, wat::parse_str("(module)")?)?;
+        let mut store = wasmtime::Store::new(engine, MemoryCap::new(DEFAULT_MEMORY_BYTES));
+        store.limiter(|c| c);
+        wasmtime::Instance::new(&mut store, &big, &[])?;
+        for _ in 1..MAX_INSTANCES {
+            wasmtime::Instance::new(&mut store, &empty, &[])?;
+        }
+        Ok(vec![store])
+    }
+
+    #[test]
+    fn the_pool_holds_every_call_at_its_caps_at_once() {
+        // A call that takes all it may must leave the others theirs: the
+        // pool is sized for that, and runs out only past its `calls`.
+        let mut config = super::super::engine_config();
+        config.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(
+            instance_pool(2),
+        ));
+        let engine = Engine::new(&config).unwrap();
+        let first = call_at_its_caps(&engine).unwrap();
+        let second = call_at_its_caps(&engine).unwrap();
+        let third = call_at_its_caps(&engine).map(|_| ()).unwrap_err();
+        assert!(third.to_string().contains("concurrent"), "{third:?}");
+        drop((first, second));
+        // Slots come back with the calls.
+        call_at_its_caps(&engine).unwrap();
+    }
 
     #[test]
     fn defaults_fill_gaps_and_overrides_win() {

@@ -352,8 +352,24 @@ pub(crate) fn engine_config() -> Config {
 }
 
 impl SharedEngine {
+    /// Each instance mapped for its call and unmapped after: what a
+    /// process that makes one call needs.
     pub fn new() -> wasmtime::Result<Arc<Self>> {
-        let engine = Engine::new(&engine_config())?;
+        Self::with_config(&engine_config())
+    }
+
+    /// Instances in slots kept for the next call (`limits::instance_pool`),
+    /// for `calls` stores alive at once: a daemon's engine.
+    pub fn pooled(calls: u32) -> wasmtime::Result<Arc<Self>> {
+        let mut config = engine_config();
+        config.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(
+            limits::instance_pool(calls),
+        ));
+        Self::with_config(&config)
+    }
+
+    fn with_config(config: &Config) -> wasmtime::Result<Arc<Self>> {
+        let engine = Engine::new(config)?;
         let mut linker = Linker::new(&engine);
         PluginHost::add_to_linker::<Ctx, wasmtime::component::HasSelf<Ctx>>(&mut linker, |c| c)?;
         // Every released contract, each forwarding to the current one.
