@@ -371,15 +371,18 @@ pub fn test(root: &Path) -> Result<()> {
             ("WASM_CNI_IMAGE", &image),
         ],
     )?;
-    // The same chain, policy, IPAM, conformance, filtering and shaping tests again,
-    // every call served by a daemon in the node namespace (the other front
-    // door), and every call made through the thin client as a node installs
-    // it: `wasm-cni-client` as `wasm-cni`, the engine beside it.
+    // The same chain, policy, IPAM, conformance, filtering, shaping and
+    // polyglot tests again, every call served by a daemon in the node
+    // namespace (the other front door), and every call made through the thin
+    // client as a node installs it: `wasm-cni-client` as `wasm-cni`, the
+    // engine beside it (and `plugin test`'s binary, which the engine hands
+    // that command to).
     let layout = bin.join("client-layout");
     std::fs::create_dir_all(&layout).context(layout.display())?;
     for (from, to) in [
         ("wasm-cni-client", "wasm-cni"),
         ("wasm-cni", "wasm-cni-engine"),
+        ("wasm-cni-plugin-test", "wasm-cni-plugin-test"),
     ] {
         std::fs::copy(bin.join(from), layout.join(to)).context(bin.join(from).display())?;
     }
@@ -391,6 +394,8 @@ pub fn test(root: &Path) -> Result<()> {
         "conformance",
         "filtering",
         "shaping",
+        // Interpreters' components in the daemon's instance pool.
+        "polyglot",
     ];
     let mut args = all.to_vec();
     for suite in suites {
