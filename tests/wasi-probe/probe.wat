@@ -10,9 +10,10 @@
 ;;   2  namespaces: forge a `netns` handle and list its links: the same trap.
 ;;   3  residue: look for what an earlier call of this component left in
 ;;      memory (a marker in the first page, and in every 4 KiB of 40 pages
-;;      it grew: past the daemon's 1 MiB kept resident, so both of a pool
-;;      slot's resets are seen), then leave the same marker for the next
-;;      call: error 5 "memory was fresh: no residue of an earlier call".
+;;      it grew: past the 256 KiB a daemon's pool slot keeps resident, so
+;;      both of a slot's resets are seen), then leave the same marker for
+;;      the next call: error 5 "memory was fresh: no residue of an earlier
+;;      call".
 ;; Anything that gets through ends in error 999 "LEAKED: ...". Every other
 ;; verb succeeds.
 (module

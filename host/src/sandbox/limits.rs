@@ -90,11 +90,15 @@ pub const MAX_TABLE_ELEMENTS: usize = 1_000_000;
 /// call: reset by `memset` of the pages it touched (found with
 /// `PAGEMAP_SCAN`), not unmapped, so the next call on the slot neither
 /// faults them in again nor makes the kernel shoot down other CPUs' TLB
-/// entries. Beyond it, a slot's pages are given back (`madvise`).
-pub const POOL_KEEP_RESIDENT: usize = 1 << 20;
+/// entries. Beyond it, a slot's pages are given back (`madvise`). 256 KiB
+/// was as fast as 1 MiB here and kept a quarter of the memory
+/// (host/bench/results/findings.md).
+pub const POOL_KEEP_RESIDENT: usize = 256 << 10;
 /// Slots that hold no instance but keep their resident pages for the module
-/// last in them; a daemon's memory while idle grows by at most this many
-/// times [`POOL_KEEP_RESIDENT`].
+/// last in them. Past this many, a new instance takes the least recently
+/// used of them rather than a slot never used, so the slots a daemon ever
+/// touches (each up to [`POOL_KEEP_RESIDENT`] resident) stay close to its
+/// busiest concurrency.
 pub const POOL_WARM_SLOTS: u32 = 8;
 
 /// The daemon's instance pool, for `calls` stores alive at once (requests
