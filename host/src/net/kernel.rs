@@ -428,25 +428,93 @@ impl KernelNet {
 /// two cross-thread hand-offs each time, which on a loaded machine waited a
 /// scheduler slice apiece (about 8 per bridge ADD).
 pub(crate) fn in_netns<T>(fd: BorrowedFd<'_>, f: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
-    thread_local! {
-        /// The thread's own namespace. Threads only ever leave it inside
-        /// `in_netns`, which always brings them back, so it stays valid.
-        static HOME: std::cell::OnceCell<OwnedFd> = const { std::cell::OnceCell::new() };
-    }
     HOME.with(|home| {
         let home = match home.get() {
             Some(h) => h,
             None => {
-                let own = File::open("/proc/thread-self/ns/net")?;
-                home.get_or_init(|| OwnedFd::from(own))
+                let found = Home::find()?;
+                home.get_or_init(|| found)
             }
         };
         move_into_link_name_space(fd, Some(LinkNameSpaceType::Network))?;
-        let back = GoBack(home.as_fd());
+        let back = GoBack(home.fd());
         let out = f();
         drop(back);
         out
     })
+}
+
+thread_local! {
+    /// The thread's own namespace. Threads only ever leave it inside
+    /// `in_netns`, which always brings them back, so it stays valid.
+    static HOME: std::cell::OnceCell<Home> = const { std::cell::OnceCell::new() };
+}
+
+/// Whether the calling thread's home is the shared handle's (tests).
+#[cfg(test)]
+pub(crate) fn home_is_shared() -> bool {
+    HOME.with(|h| matches!(h.get(), Some(Home::Shared)))
+}
+
+/// A thread's own network namespace, as a descriptor.
+enum Home {
+    /// The namespace [`SHARED_HOME`] holds: one descriptor for every thread
+    /// at home there. A daemon's request threads live long and wait between
+    /// connections; each holding a descriptor of its own would show as
+    /// descriptors that grow with the threads kept.
+    Shared,
+    /// A namespace of its own (a thread started elsewhere).
+    Own(OwnedFd),
+}
+
+/// The namespace of the first thread that needed its home, with its
+/// (device, inode).
+static SHARED_HOME: std::sync::OnceLock<(OwnedFd, u64, u64)> = std::sync::OnceLock::new();
+
+impl Home {
+    const OWN: &'static str = "/proc/thread-self/ns/net";
+
+    fn find() -> io::Result<Home> {
+        let shared = match SHARED_HOME.get() {
+            Some(s) => s,
+            None => {
+                let own = File::open(Self::OWN)?;
+                let meta = own.metadata()?;
+                // Another thread may have set it meanwhile: compared below
+                // like any other.
+                let _ = SHARED_HOME.set((OwnedFd::from(own), meta.dev(), meta.ino()));
+                SHARED_HOME
+                    .get()
+                    .ok_or_else(|| io::Error::other("no shared namespace handle"))?
+            }
+        };
+        let meta = std::fs::metadata(Self::OWN)?;
+        if (meta.dev(), meta.ino()) == (shared.1, shared.2) {
+            return Ok(Home::Shared);
+        }
+        Ok(Home::Own(OwnedFd::from(File::open(Self::OWN)?)))
+    }
+
+    fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Home::Own(fd) => fd.as_fd(),
+            // Set before any `Home::Shared` exists.
+            Home::Shared => match SHARED_HOME.get() {
+                Some(s) => s.0.as_fd(),
+                None => unreachable_home(),
+            },
+        }
+    }
+}
+
+/// Never: `Home::Shared` is made only once [`SHARED_HOME`] is set. Were it
+/// not, no namespace to return to is known, and running on would risk guest
+/// code in another namespace than its own.
+fn unreachable_home() -> ! {
+    crate::log::error(format_args!(
+        "no handle on the host's network namespace: aborting"
+    ));
+    std::process::abort()
 }
 
 /// Moves the thread back into its namespace when dropped, also when `f`

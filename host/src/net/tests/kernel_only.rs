@@ -71,6 +71,54 @@ fn the_calling_thread_never_changes_namespace() {
 }
 
 #[test]
+fn threads_share_one_handle_on_their_home_and_each_returns_to_its_own() {
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::MetadataExt;
+    require_root!();
+    let away = Netns::new("away");
+    let elsewhere = Netns::new("elsewhere");
+    let away_ino = std::fs::metadata(&away.path).unwrap().ino();
+    let home = thread_netns();
+    // Threads at home hold no handle of their own: a daemon keeps its
+    // request threads, and their handles would add up.
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let path = away.path.clone();
+            std::thread::spawn(move || {
+                let f = std::fs::File::open(&path).unwrap();
+                let inside = crate::net::in_netns(f.as_fd(), || Ok(thread_netns())).unwrap();
+                (inside, thread_netns(), crate::net::kernel::home_is_shared())
+            })
+        })
+        .collect();
+    for t in threads {
+        assert_eq!(t.join().unwrap(), (away_ino, home, true));
+    }
+    // A thread that lives in another namespace goes back there, not to the
+    // namespace the shared handle names.
+    let (path, there) = (away.path.clone(), elsewhere.path.clone());
+    let (own, after, shared) = std::thread::spawn(move || {
+        let e = std::fs::File::open(&there).unwrap();
+        // The test puts the thread there itself, as a thread started there
+        // would be.
+        #[allow(clippy::disallowed_methods)]
+        rustix::thread::move_into_link_name_space(
+            e.as_fd(),
+            Some(rustix::thread::LinkNameSpaceType::Network),
+        )
+        .unwrap();
+        let own = thread_netns();
+        let f = std::fs::File::open(&path).unwrap();
+        crate::net::in_netns(f.as_fd(), || Ok(())).unwrap();
+        (own, thread_netns(), crate::net::kernel::home_is_shared())
+    })
+    .join()
+    .unwrap();
+    assert_ne!(own, home);
+    assert_eq!((after, shared), (own, false));
+}
+
+#[test]
 fn veth_as_iproute2_sees_it() {
     require_root!();
     let mut env = KernelEnv::new("veth");
