@@ -106,13 +106,13 @@ impl Host {
         self
     }
 
-    /// A host whose calls keep what they do for their traces.
     /// Keep instance slots for `calls` stores alive at once (a daemon).
     pub fn pooled(mut self, calls: u32) -> Self {
         self.pooled_calls = Some(calls);
         self
     }
 
+    /// A host whose calls keep what they do for their traces.
     pub fn traced(mut self, traced: bool) -> Self {
         self.traced = traced;
         self
