@@ -138,13 +138,18 @@ mod tests {
         rx.recv_timeout(Duration::from_secs(5)).unwrap()
     }
 
-    /// Wait until the thread that ran the last job waits for the next.
-    fn until_idle(w: &Workers, n: usize) {
+    /// Wait (5 s at most) until the count of idle threads passes `done`.
+    fn until(w: &Workers, done: impl Fn(usize) -> bool, what: &str) {
         let end = Instant::now() + Duration::from_secs(5);
-        while w.state.lock().unwrap().idle < n {
-            assert!(Instant::now() < end, "no thread came back to wait");
+        while !done(w.state.lock().unwrap().idle) {
+            assert!(Instant::now() < end, "{what}");
             std::thread::sleep(Duration::from_millis(1));
         }
+    }
+
+    /// Wait until the threads that ran the last jobs wait for the next.
+    fn until_idle(w: &Workers, n: usize) {
+        until(w, |idle| idle >= n, "no thread came back to wait");
     }
 
     #[test]
@@ -209,11 +214,7 @@ mod tests {
         until_idle(&w, 1);
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(w.state.lock().unwrap().idle, 1);
-        let end = Instant::now() + Duration::from_secs(5);
-        while w.state.lock().unwrap().idle > 0 {
-            assert!(Instant::now() < end, "the idle thread never left");
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        until(&w, |idle| idle == 0, "the idle thread never left");
         // Then the next connection starts a thread again.
         thread_id_of(&w);
         assert_eq!(w.started(), 4);

@@ -453,7 +453,7 @@ thread_local! {
 /// Whether the calling thread's home is the shared handle's (tests).
 #[cfg(test)]
 pub(crate) fn home_is_shared() -> bool {
-    HOME.with(|h| matches!(h.get(), Some(Home::Shared)))
+    HOME.with(|h| matches!(h.get(), Some(Home::Shared(_))))
 }
 
 /// A thread's own network namespace, as a descriptor.
@@ -462,7 +462,7 @@ enum Home {
     /// at home there. A daemon's request threads live long and wait between
     /// connections; each holding a descriptor of its own would show as
     /// descriptors that grow with the threads kept.
-    Shared,
+    Shared(&'static OwnedFd),
     /// A namespace of its own (a thread started elsewhere).
     Own(OwnedFd),
 }
@@ -490,7 +490,7 @@ impl Home {
         };
         let meta = std::fs::metadata(Self::OWN)?;
         if (meta.dev(), meta.ino()) == (shared.1, shared.2) {
-            return Ok(Home::Shared);
+            return Ok(Home::Shared(&shared.0));
         }
         Ok(Home::Own(OwnedFd::from(File::open(Self::OWN)?)))
     }
@@ -498,23 +498,9 @@ impl Home {
     fn fd(&self) -> BorrowedFd<'_> {
         match self {
             Home::Own(fd) => fd.as_fd(),
-            // Set before any `Home::Shared` exists.
-            Home::Shared => match SHARED_HOME.get() {
-                Some(s) => s.0.as_fd(),
-                None => unreachable_home(),
-            },
+            Home::Shared(fd) => fd.as_fd(),
         }
     }
-}
-
-/// Never: `Home::Shared` is made only once [`SHARED_HOME`] is set. Were it
-/// not, no namespace to return to is known, and running on would risk guest
-/// code in another namespace than its own.
-fn unreachable_home() -> ! {
-    crate::log::error(format_args!(
-        "no handle on the host's network namespace: aborting"
-    ));
-    std::process::abort()
 }
 
 /// Moves the thread back into its namespace when dropped, also when `f`

@@ -299,7 +299,7 @@ mod tests {
 
     /// What one call at every cap holds: 64 instances, 8 memories and 64
     /// tables (of a million elements between them).
-    fn call_at_its_caps(engine: &Engine) -> wasmtime::Result<Vec<wasmtime::Store<MemoryCap>>> {
+    fn call_at_its_caps(engine: &Engine) -> wasmtime::Result<wasmtime::Store<MemoryCap>> {
         let big = format!(
             "(module {} (table {} funcref) {})",
             "(memory 1) ".repeat(MAX_MEMORIES),
@@ -314,7 +314,7 @@ mod tests {
         for _ in 1..MAX_INSTANCES {
             wasmtime::Instance::new(&mut store, &empty, &[])?;
         }
-        Ok(vec![store])
+        Ok(store)
     }
 
     #[test]
