@@ -6,7 +6,7 @@
 //!    its namespace as a descriptor;
 //! 2. its connections (idle, many, abandoned): the runtime is still served
 //!    in time, SIGTERM is honoured, nothing is started for a client that
-//!    left (or it is undone);
+//!    left (or it is undone, before a GC of its network returns);
 //! 3. a scraper's connections: other scrapes are still answered.
 
 use std::path::Path;
@@ -443,6 +443,76 @@ fn a_request_whose_client_left_is_not_started_or_is_undone() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(!record("undone").exists(), "an ADD nobody received stayed");
+}
+
+#[test]
+fn a_gc_returns_only_once_an_abandoned_add_is_undone() {
+    // What a peer controls: it can leave while its ADD runs. What it must
+    // not gain: an allocation that outlives the runtime's GC, which returns
+    // before the daemon has undone that ADD and then finds the store still
+    // changing (a CI run saw "leaked after GC" this way).
+    let Some((sb, pod)) = sandbox_with("tb5g", &["fx-wasi"], &[]) else {
+        return;
+    };
+    let d = peer_daemon(&sb, &pod, &[]);
+    let conf = |net: &str, ms: u64| {
+        d.conf(
+            &sb.conf(
+                "1.1.0",
+                net,
+                json!([{"type": "fx-wasi", "attack": "sleep", "ms": ms,
+                        "wasm": {"deadlineMs": 10_000}}]),
+            ),
+            "require",
+        )
+    };
+    Invocation::new("STATUS")
+        .run_in(Some(&pod.node.name), &conf("tbnet5g", 0))
+        .assert_ok();
+    let req = TempDir::new("tb5greq");
+    let file = req.join("left.json");
+    let env = json!([
+        ["CNI_COMMAND", "ADD"],
+        ["CNI_CONTAINERID", "left"],
+        ["CNI_NETNS", pod.ctr.path()],
+        ["CNI_IFNAME", "eth0"],
+        ["CNI_PATH", "/usr/lib/cni"]
+    ]);
+    let stdin = conf("tbnet5g", 1500).to_string();
+    std::fs::write(&file, json!({"env": env, "stdin": stdin}).to_string()).unwrap();
+    let record = sb.state_dir().join("networks/tbnet5g/left:eth0.json");
+    std::thread::scope(|s| {
+        // Another network's slow ADD, running all along: the GC does not
+        // wait for it.
+        let elsewhere = s.spawn(|| {
+            Invocation::new("ADD")
+                .id("elsewhere")
+                .netns(pod.ctr.path())
+                .run_in(Some(&pod.node.name), &conf("tbnet5h", 6000))
+        });
+        let started = Instant::now();
+        let out = hostile_peer(&[], &d.socket, "send", &file, &["--close-after-ms", "300"]);
+        assert_eq!(out.trim(), "closed");
+        // The runtime's GC, with the ADD it never saw succeed not valid.
+        let mut gc = conf("tbnet5g", 0);
+        gc["cni.dev/valid-attachments"] = json!([]);
+        Invocation::new("GC")
+            .run_in(Some(&pod.node.name), &gc)
+            .assert_ok();
+        let took = started.elapsed();
+        // Once it has returned, the ADD has ended and been undone.
+        assert!(
+            d.log().contains("the undelivered ADD was deleted"),
+            "the GC returned after {took:?}, before the undo: {}",
+            d.log()
+        );
+        assert!(!record.exists(), "an ADD nobody received stayed");
+        assert!(
+            !elsewhere.is_finished(),
+            "the GC waited for tbnet5h's ADD: {took:?}"
+        );
+        elsewhere.join().unwrap().assert_ok();
+    });
 }
 
 #[test]

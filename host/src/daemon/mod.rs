@@ -28,7 +28,7 @@ mod metrics;
 mod workers;
 pub use wasm_cni_client::wire;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fs;
 use std::io::{self, Read};
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
@@ -563,6 +563,9 @@ fn handle(shared: &Shared, stream: UnixStream, mut peer: Peer, guard: ConnGuard)
         _ => None,
     };
     let turn = key.map(|k| shared.turns.enter(k));
+    if verb == "GC" {
+        shared.turns.settle(&network_of(&request.stdin));
+    }
     // What waited for a slot or its turn may have been given up on.
     if client_gone(&stream) {
         shared.metrics.refused("abandoned");
@@ -795,12 +798,20 @@ pub fn init_log(json: bool) {
 
 type Key = (String, String, String);
 
-/// Requests for one attachment, one at a time, in arrival order: a ticket
-/// per request, served in ticket order.
+/// Requests for one attachment, one at a time, in arrival order: tickets
+/// are numbered across all attachments, and each attachment serves its
+/// queue front first. The numbering also tells a GC which requests came
+/// before it ([`Turns::settle`]).
 #[derive(Default)]
 struct Turns {
-    queues: Mutex<HashMap<Key, (u64, u64)>>,
+    queues: Mutex<Queues>,
     turn: Condvar,
+}
+
+#[derive(Default)]
+struct Queues {
+    issued: u64,
+    waiting: HashMap<Key, VecDeque<u64>>,
 }
 
 struct Turn<'a> {
@@ -813,26 +824,50 @@ impl Turns {
         let Ok(mut queues) = self.queues.lock() else {
             return Turn { turns: self, key };
         };
-        let (next, _) = queues.entry(key.clone()).or_insert((0, 0));
-        let ticket = *next;
-        *next += 1;
+        let ticket = queues.issued;
+        queues.issued += 1;
+        queues
+            .waiting
+            .entry(key.clone())
+            .or_default()
+            .push_back(ticket);
         while queues
+            .waiting
             .get(&key)
-            .is_some_and(|&(_, serving)| serving != ticket)
+            .is_some_and(|q| q.front() != Some(&ticket))
         {
             queues = self.turn.wait(queues).unwrap_or_else(|p| p.into_inner());
         }
         Turn { turns: self, key }
+    }
+
+    /// Wait until every request on `network` that took its ticket before
+    /// this call has ended, its undo included. A GC that swept while a
+    /// killed client's ADD still ran would return before that ADD
+    /// committed and was undone, so its caller would find the store still
+    /// changing after it. Later requests do not hold it up.
+    fn settle(&self, network: &str) {
+        let Ok(mut queues) = self.queues.lock() else {
+            return;
+        };
+        let before = queues.issued;
+        while queues
+            .waiting
+            .iter()
+            .any(|(k, q)| k.0 == network && q.front().is_some_and(|&t| t < before))
+        {
+            queues = self.turn.wait(queues).unwrap_or_else(|p| p.into_inner());
+        }
     }
 }
 
 impl Drop for Turn<'_> {
     fn drop(&mut self) {
         if let Ok(mut queues) = self.turns.queues.lock() {
-            if let Some((next, serving)) = queues.get_mut(&self.key) {
-                *serving += 1;
-                if serving == next {
-                    queues.remove(&self.key);
+            if let Some(q) = queues.waiting.get_mut(&self.key) {
+                q.pop_front();
+                if q.is_empty() {
+                    queues.waiting.remove(&self.key);
                 }
             }
         }
@@ -1164,7 +1199,29 @@ mod tests {
             t.join().unwrap();
         }
         assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4]);
-        assert!(turns.queues.lock().unwrap().is_empty());
+        assert!(turns.queues.lock().unwrap().waiting.is_empty());
+    }
+
+    #[test]
+    fn a_gc_waits_for_its_networks_earlier_requests_only() {
+        let turns = Arc::new(Turns::default());
+        let key = |net: &str, c: &str| (net.to_string(), c.to_string(), "eth0".to_string());
+        let earlier = turns.enter(key("net", "c1"));
+        let elsewhere = turns.enter(key("other", "c1"));
+        let t = turns.clone();
+        let gc = std::thread::spawn(move || t.settle("net"));
+        std::thread::sleep(Duration::from_millis(30));
+        // A request after the GC, on a free attachment of its network,
+        // neither waits for it nor holds it up.
+        drop(turns.enter(key("net", "c2")));
+        let later = turns.enter(key("net", "c3"));
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(!gc.is_finished(), "the GC did not wait for c1");
+        drop(earlier);
+        gc.join().unwrap();
+        // Still held: another network's request and a later one.
+        drop((later, elsewhere));
+        assert!(turns.queues.lock().unwrap().waiting.is_empty());
     }
 
     #[test]
