@@ -84,7 +84,11 @@ impl StaticBuild {
 
     /// Where its binaries land, relative to the workspace.
     fn dir(&self) -> PathBuf {
-        PathBuf::from("target").join(&self.triple).join("release")
+        self.profile_dir("release")
+    }
+
+    fn profile_dir(&self, profile: &str) -> PathBuf {
+        PathBuf::from("target").join(&self.triple).join(profile)
     }
 
     /// The environment every such cargo run gets.
@@ -122,14 +126,37 @@ fn build_host(root: &Path, build: &StaticBuild) -> Result<PathBuf> {
     for entry in std::fs::read_dir(&built).context(built.display())? {
         let path = entry.context(built.display())?.path();
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        // The client and the floor come from `install_small`.
-        let wanted = matches!(name, "wasm-cni" | "wasm-cni-bench");
-        if wanted && path.is_file() {
+        // The client and the floor come from `install_small`, the engine
+        // from its own profile below.
+        if name == "wasm-cni-bench" && path.is_file() {
             install_stripped(&path, &bin, name)?;
         }
     }
+    install_engine(root, &bin, build)?;
     install_small(root, &bin, build)?;
     Ok(bin)
+}
+
+/// The engine as nodes install it: profile `node` (the release profile
+/// with fat LTO in one codegen unit), built for itself so that only what it
+/// uses is in it. The tests' builds stay on `release`, whose parallel
+/// codegen keeps them quick; every integration test runs this binary.
+fn install_engine(root: &Path, bin: &Path, build: &StaticBuild) -> Result<()> {
+    let args = build.args(
+        "build",
+        &[
+            "--profile",
+            "node",
+            "--locked",
+            "-p",
+            "wasm-cni",
+            "--bin",
+            "wasm-cni",
+        ],
+    );
+    cargo_env(root, &args, &build.env())?;
+    let built = root.join(build.profile_dir("node")).join("wasm-cni");
+    install_stripped(&built, bin, "wasm-cni")
 }
 
 /// The programs whose process start is what they cost: the thin client,
