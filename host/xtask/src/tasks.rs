@@ -137,9 +137,9 @@ fn build_host(root: &Path, build: &StaticBuild) -> Result<PathBuf> {
     Ok(bin)
 }
 
-/// The engine as nodes install it: profile `node` (the release profile
-/// with fat LTO in one codegen unit), built for itself so that only what it
-/// uses is in it. The tests' builds stay on `release`, whose parallel
+/// The engine as nodes install it: profile `node` (fat LTO, optimised for
+/// size but for the compiler; `Cargo.toml` says why), built as its own
+/// package so that only its own features are in it. The tests' builds stay on `release`, whose parallel
 /// codegen keeps them quick; every integration test runs this binary.
 fn install_engine(root: &Path, bin: &Path, build: &StaticBuild) -> Result<()> {
     let args = build.args(
