@@ -322,7 +322,7 @@ pub fn run(
     // be repeated, and an ADD that may be half done is undone first, by a
     // DEL of the same attachment, as a runtime does after a failed ADD.
     // Once only: a request that took the daemon down twice is not sent again.
-    if let Err(Failure::Lost(why)) = &outcome {
+    if let Err(Failure::Lost(why) | Failure::Unread(why)) = &outcome {
         log(
             "warn",
             &format!(
@@ -341,7 +341,7 @@ pub fn run(
     }
     match outcome {
         Ok(r) => r,
-        Err(Failure::Lost(why) | Failure::Other(why)) => reply(
+        Err(Failure::Lost(why) | Failure::Unread(why) | Failure::Other(why)) => reply(
             log,
             ClientError::new(
                 code::TRY_AGAIN_LATER,
@@ -360,10 +360,19 @@ pub fn run(
 enum Failure {
     /// The connection closed before a whole answer: the daemon is gone.
     Lost(String),
+    /// The daemon's side closed with the request not read in full (the
+    /// kernel says so with a reset rather than an end of stream): a daemon
+    /// stopping, or one that exited with this connection still waiting to
+    /// be accepted. Nothing of the request ran, so it may always be sent
+    /// again.
+    Unread(String),
     /// Anything else (a deadline, a message that is not the daemon's):
     /// the daemon may still be at work, so nothing is sent again.
     Other(String),
 }
+
+/// How many times a request the daemon did not read is sent again.
+const UNREAD_RESENDS: u32 = 3;
 
 /// The retry after a lost connection: wait for the daemon as the first
 /// connect did, undo an interrupted ADD, then send `request` again.
@@ -379,6 +388,17 @@ fn once_more(
         connect(socket, connect_wait)
             .map_err(|e| Failure::Other(format!("it went away mid-call and is not back: {e}")))
     };
+    // A daemon between stop and start can take a connection it never
+    // reads (one in its backlog as it exits): sent again, a few times.
+    let send = |request: &Request| {
+        let mut unread = 0;
+        loop {
+            match exchange(reconnect()?, request, netns, wait) {
+                Err(Failure::Unread(_)) if unread < UNREAD_RESENDS => unread += 1,
+                other => return other,
+            }
+        }
+    };
     if command == Some("ADD") {
         let mut del = request.clone();
         for (k, v) in &mut del.env {
@@ -386,8 +406,8 @@ fn once_more(
                 *v = "DEL".into();
             }
         }
-        let undone = exchange(reconnect()?, &del, netns, wait).map_err(|f| match f {
-            Failure::Lost(w) | Failure::Other(w) => {
+        let undone = send(&del).map_err(|f| match f {
+            Failure::Lost(w) | Failure::Unread(w) | Failure::Other(w) => {
                 Failure::Other(format!("undoing the interrupted ADD: {w}"))
             }
         })?;
@@ -398,8 +418,8 @@ fn once_more(
             )));
         }
     }
-    exchange(reconnect()?, request, netns, wait).map_err(|f| match f {
-        Failure::Lost(w) => Failure::Other(format!("it went away again: {w}")),
+    send(request).map_err(|f| match f {
+        Failure::Lost(w) | Failure::Unread(w) => Failure::Other(format!("it went away again: {w}")),
         other => other,
     })
 }
@@ -485,6 +505,7 @@ fn exchange(
     wait: Duration,
 ) -> Result<Response, Failure> {
     use std::io::ErrorKind;
+    let reset = |e: &std::io::Error| e.kind() == ErrorKind::ConnectionReset;
     let gone = |e: &std::io::Error| {
         matches!(
             e.kind(),
@@ -502,12 +523,14 @@ fn exchange(
     let _ = stream.shutdown(std::net::Shutdown::Write);
     match (Response::read(&mut stream), sent) {
         (Ok(r), _) => Ok(r),
+        (Err(_), Err(e)) if reset(&e) => Err(Failure::Unread(format!("sending the request: {e}"))),
         (Err(_), Err(e)) if gone(&e) => Err(Failure::Lost(format!("sending the request: {e}"))),
         (Err(_), Err(e)) => Err(Failure::Other(format!("sending the request: {e}"))),
         (Err(e), Ok(())) if e.is_timeout() => Err(Failure::Other(format!(
             "no answer within {} ms",
             wait.as_millis()
         ))),
+        (Err(wire::WireError::Io(e)), Ok(())) if reset(&e) => Err(Failure::Unread(e.to_string())),
         (Err(wire::WireError::Io(e)), Ok(())) if gone(&e) => Err(Failure::Lost(e.to_string())),
         (Err(e), Ok(())) => Err(Failure::Other(e.to_string())),
     }
@@ -705,10 +728,19 @@ mod tests {
         use std::os::unix::net::UnixListener;
         let dir = std::env::temp_dir().join(format!("wasm-cni-lost-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        // Serve `plan` connections in order: `true` answers, `false` reads
-        // the request and closes (a daemon killed mid-call). Returns the
-        // CNI_COMMAND of every request it saw.
-        let serve = |name: &str, plan: Vec<bool>| {
+        // Serve `plan` connections in order: `Answer` answers, `Close`
+        // reads the request and closes (a daemon killed mid-call), `Unread`
+        // reads one byte of it and closes (a daemon stopping with the
+        // connection in its backlog: the client sees a reset). Returns the
+        // CNI_COMMAND of every request it read ("unread" for the others).
+        #[derive(Clone, Copy, PartialEq)]
+        enum Step {
+            Answer,
+            Close,
+            Unread,
+        }
+        use Step::{Answer, Close, Unread};
+        let serve = |name: &str, plan: Vec<Step>| {
             let socket = dir.join(name);
             let _ = std::fs::remove_file(&socket);
             let listener = UnixListener::bind(&socket).unwrap();
@@ -729,10 +761,15 @@ mod tests {
                         }
                     };
                     s.set_nonblocking(false).unwrap();
+                    if answer == Unread {
+                        std::io::Read::read_exact(&mut s, &mut [0u8]).unwrap();
+                        seen.push("unread".to_string());
+                        continue;
+                    }
                     let req = Request::read(&mut s).unwrap();
                     let cmd = req.env.iter().find(|(k, _)| k == "CNI_COMMAND").unwrap();
                     seen.push(cmd.1.clone());
-                    if answer {
+                    if answer == Answer {
                         let r = Response {
                             exit_code: 0,
                             stdout: format!("{} done", cmd.1),
@@ -758,21 +795,39 @@ mod tests {
             )
         };
 
-        let (socket, server) = serve("add.sock", vec![false, true, true]);
+        let (socket, server) = serve("add.sock", vec![Close, Answer, Answer]);
         let out = call(&socket, "ADD");
         assert_eq!(server.join().unwrap(), ["ADD", "DEL", "ADD"]);
         assert_eq!(out.stdout, "ADD done");
 
-        let (socket, server) = serve("del.sock", vec![false, true]);
+        let (socket, server) = serve("del.sock", vec![Close, Answer]);
         let out = call(&socket, "DEL");
         assert_eq!(server.join().unwrap(), ["DEL", "DEL"]);
         assert_eq!(out.stdout, "DEL done");
 
-        let (socket, server) = serve("twice.sock", vec![false, false]);
+        let (socket, server) = serve("twice.sock", vec![Close, Close]);
         let out = call(&socket, "CHECK");
         assert_eq!(server.join().unwrap(), ["CHECK", "CHECK"]);
         assert!(out.stdout.contains("\"code\": 11"), "{}", out.stdout);
         assert!(out.stdout.contains("went away again"), "{}", out.stdout);
+
+        // A request the daemon never read ran nowhere: sent again, both the
+        // undo and the ADD, however the first connection was lost.
+        let (socket, server) = serve("unread.sock", vec![Unread, Unread, Answer, Unread, Answer]);
+        let out = call(&socket, "ADD");
+        assert_eq!(
+            server.join().unwrap(),
+            ["unread", "unread", "DEL", "unread", "ADD"]
+        );
+        assert_eq!(out.stdout, "ADD done");
+        // But only a few times.
+        let (socket, server) = serve("unread4.sock", vec![Close, Unread, Unread, Unread, Unread]);
+        let out = call(&socket, "CHECK");
+        assert_eq!(
+            server.join().unwrap(),
+            ["CHECK", "unread", "unread", "unread", "unread"]
+        );
+        assert!(out.stdout.contains("\"code\": 11"), "{}", out.stdout);
 
         // An answer that is not the daemon's is not a lost connection: the
         // daemon may still be at work, so the request is not sent again.
