@@ -75,6 +75,25 @@ fn open_to_nobody_file(dir: &TempDir) {
     }
 }
 
+/// Write `dir/ID.json`, the ADD of container `id` in `netns` with `conf`,
+/// as `hostile-peer.py` sends it.
+fn add_request(dir: &Path, id: &str, netns: &str, conf: &Value) -> std::path::PathBuf {
+    let file = dir.join(format!("{id}.json"));
+    let env = json!([
+        ["CNI_COMMAND", "ADD"],
+        ["CNI_CONTAINERID", id],
+        ["CNI_NETNS", netns],
+        ["CNI_IFNAME", "eth0"],
+        ["CNI_PATH", "/usr/lib/cni"]
+    ]);
+    std::fs::write(
+        &file,
+        json!({"env": env, "stdin": conf.to_string()}).to_string(),
+    )
+    .unwrap();
+    file
+}
+
 /// Run `tests/fixtures/hostile-peer.py MODE SOCKET FILE ARGS` behind
 /// `wrapper`, returning its stdout.
 fn hostile_peer(wrapper: &[&str], socket: &Path, mode: &str, file: &Path, args: &[&str]) -> String {
@@ -246,19 +265,7 @@ fn a_non_root_peer_passes_its_namespace_as_a_descriptor() {
     // A client that sends the path, not a descriptor (version 1, or one
     // that announces none): refused for a non-root peer.
     let req = TempDir::new("tb4req");
-    let file = req.join("req.json");
-    let env = json!([
-        ["CNI_COMMAND", "ADD"],
-        ["CNI_CONTAINERID", "n2"],
-        ["CNI_NETNS", pod.ctr.path()],
-        ["CNI_IFNAME", "eth0"],
-        ["CNI_PATH", "/usr/lib/cni"]
-    ]);
-    std::fs::write(
-        &file,
-        json!({"env": env, "stdin": conf.to_string()}).to_string(),
-    )
-    .unwrap();
+    let file = add_request(req.path(), "n2", &pod.ctr.path(), &conf);
     open_to_nobody_file(&req);
     for (args, why) in [
         (vec!["--v1"], "passes the namespace as a descriptor"),
@@ -371,22 +378,7 @@ fn a_request_whose_client_left_is_not_started_or_is_undone() {
             .assert_ok();
     }
     let req = TempDir::new("tb5req");
-    let request = |id: &str, conf: &Value| {
-        let file = req.join(format!("{id}.json"));
-        let env = json!([
-            ["CNI_COMMAND", "ADD"],
-            ["CNI_CONTAINERID", id],
-            ["CNI_NETNS", pod.ctr.path()],
-            ["CNI_IFNAME", "eth0"],
-            ["CNI_PATH", "/usr/lib/cni"]
-        ]);
-        std::fs::write(
-            &file,
-            json!({"env": env, "stdin": conf.to_string()}).to_string(),
-        )
-        .unwrap();
-        file
-    };
+    let request = |id: &str, conf: &Value| add_request(req.path(), id, &pod.ctr.path(), conf);
     let record = |id: &str| {
         sb.state_dir()
             .join(format!("networks/tbnet5a/{id}:eth0.json"))
@@ -470,16 +462,7 @@ fn a_gc_returns_only_once_an_abandoned_add_is_undone() {
         .run_in(Some(&pod.node.name), &conf("tbnet5g", 0))
         .assert_ok();
     let req = TempDir::new("tb5greq");
-    let file = req.join("left.json");
-    let env = json!([
-        ["CNI_COMMAND", "ADD"],
-        ["CNI_CONTAINERID", "left"],
-        ["CNI_NETNS", pod.ctr.path()],
-        ["CNI_IFNAME", "eth0"],
-        ["CNI_PATH", "/usr/lib/cni"]
-    ]);
-    let stdin = conf("tbnet5g", 1500).to_string();
-    std::fs::write(&file, json!({"env": env, "stdin": stdin}).to_string()).unwrap();
+    let file = add_request(req.path(), "left", &pod.ctr.path(), &conf("tbnet5g", 1500));
     let record = sb.state_dir().join("networks/tbnet5g/left:eth0.json");
     std::thread::scope(|s| {
         // Another network's slow ADD, running all along: the GC does not
