@@ -486,6 +486,13 @@ fn dispatch(
     .with_trust(trust)
     .with_filter(Box::new(KernelFilter::pooled(host.filter_sockets.clone())))
     .with_host_work(host.traced);
+    // A process of one call loads the chain's components at once; a daemon
+    // keeps them loaded (chain/ahead.rs).
+    let exec = if host.pooled_calls.is_none() {
+        exec.loading_ahead()
+    } else {
+        exec
+    };
     // Native plugins run with the daemon's privileges: only for a peer that
     // has them (the program and CNI_PATH are the peer's choice).
     let exec = match peer {

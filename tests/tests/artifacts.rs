@@ -213,3 +213,159 @@ fn a_component_too_large_or_too_costly_to_compile_is_refused() {
     );
     assert!(text.contains("bridge\tcompiled"), "{text}");
 }
+
+/// The engine itself (in a daemon-mode layout, the one beside the client).
+fn engine_bin() -> std::path::PathBuf {
+    let bin = wasm_cni_tests::wasm_cni_bin();
+    let beside = bin.with_file_name("wasm-cni-engine");
+    if beside.is_file() {
+        beside
+    } else {
+        bin
+    }
+}
+
+/// A component Cranelift takes a while over: one core function of `n`
+/// additions. It never runs (it exports nothing a plugin must).
+fn slow_to_compile(n: usize) -> Vec<u8> {
+    let body = "local.get 0 i32.const 7 i32.mul i32.const 1 i32.add local.set 0\n".repeat(n);
+    wat::parse_str(format!(
+        "(component (core module (func (export \"f\") (param i32) (result i32)\n{body} local.get 0)))"
+    ))
+    .unwrap()
+}
+
+/// Processes whose program is `exe`.
+fn running(exe: &Path) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|p| p == exe))
+        .collect()
+}
+
+/// A process of one call compiles the components its chain will need at
+/// once (the IPAM delegate's while the first plugin's compiles), with the
+/// outcomes loading them in turn would have had; a compile it started
+/// ahead of a step it never reached does not outlive it.
+///
+/// What could go wrong here: a failure reported differently, or not at its
+/// step; a compile left running on the node after the call returned (CPU
+/// and memory nobody accounts for); the call waiting for a compile it does
+/// not need.
+#[test]
+fn a_cold_chain_compiles_ahead_and_leaves_no_compile_behind() {
+    let sb = Sandbox::new("ahead");
+    sb.install(&fixture("fx"), "fx");
+    sb.install(&fixture("fx-hostile"), "fx-hostile");
+    std::fs::write(sb.plugin_dir().join("slow.wasm"), slow_to_compile(300_000)).unwrap();
+    // The cache records the digest of a file that has not changed for 2 s
+    // (a racy one is hashed at each load, and then loaded ahead): let the
+    // files be installed a while ago, as a node's are.
+    std::thread::sleep(Duration::from_millis(2_100));
+    // A copy of the engine: its compile children are this test's alone.
+    let dir = wasm_cni_tests::TempDir::new("ahead-bin");
+    let engine = dir.join("wasm-cni");
+    std::fs::copy(engine_bin(), &engine).unwrap();
+    let engine = engine.canonicalize().unwrap();
+    let run = |id: &str, chain: serde_json::Value| {
+        let conf = sb.conf("1.1.0", "ahead", chain);
+        wasm_cni_tests::run_program(
+            &engine,
+            None,
+            &[],
+            &[
+                ("CNI_COMMAND", "ADD"),
+                ("CNI_CONTAINERID", id),
+                ("CNI_NETNS", "/run/netns/none"),
+                ("CNI_IFNAME", "eth0"),
+                ("CNI_PATH", "/usr/lib/cni"),
+                ("WASM_CNI_LOG", "debug"),
+            ],
+            &serde_json::to_vec(&conf).unwrap(),
+        )
+    };
+    let delegating = |ipam_wasm: serde_json::Value| {
+        json!([{"type": "fx", "callIpam": true, "attack": "none",
+                "ipam": {"type": "fx-hostile", "wasm": ipam_wasm}}])
+    };
+
+    // Its own compile limits hold for a delegate compiled ahead: the same
+    // error, at the delegation, and nothing cached for it.
+    let out = run("lim", delegating(json!({"compileMemoryBytes": 8 << 20})));
+    assert_eq!(out.error_code(), 7, "{out:?}");
+    assert!(
+        out.error_msg().contains("fx-hostile")
+            && out
+                .error_msg()
+                .contains("compiling needed more than 8388608 bytes of memory"),
+        "{}",
+        out.error_msg()
+    );
+    assert!(!out.stderr.contains("loaded ahead"), "{}", out.stderr);
+
+    // Cold: the delegate is compiled ahead, the first plugin in its turn.
+    let out = run("cold", delegating(json!({})));
+    out.assert_ok();
+    assert!(
+        out.stderr.contains("fx-hostile: loaded ahead of its step"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("fx: loaded ahead"), "{}", out.stderr);
+    // fx was compiled by the call that failed above.
+    assert_eq!(cache_stats(&out), (1, 1), "{}", out.stderr);
+    // Warm: nothing to compile, so nothing ahead.
+    let out = run("warm", delegating(json!({})));
+    out.assert_ok();
+    assert!(!out.stderr.contains("loaded ahead"), "{}", out.stderr);
+    assert_eq!(cache_stats(&out), (0, 2), "{}", out.stderr);
+
+    // The first plugin fails at once while the next one compiles: the call
+    // returns without waiting for it, and the compile goes with the call.
+    // (It fails at its deadline, by when the compile has all its input.)
+    let first = json!({"type": "fx-hostile", "attack": "spin", "wasm": {"deadlineMs": 300}});
+    let doomed = json!([
+        first,
+        {"type": "slow", "wasm": {"compileMs": 60_000, "compileMemoryBytes": 2u64 << 30}}
+    ]);
+    let out = run("spin", json!([first]));
+    assert_eq!(out.error_code(), 999, "{out:?}");
+    let started = std::time::Instant::now();
+    let out = run("doomed", doomed);
+    let returned = started.elapsed();
+    assert_eq!(out.error_code(), 999, "{out:?}");
+    assert!(
+        out.error_msg().contains("fx-hostile"),
+        "{}",
+        out.error_msg()
+    );
+    let mut left = running(&engine);
+    let until = std::time::Instant::now() + Duration::from_millis(500);
+    while !left.is_empty() && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+        left = running(&engine);
+    }
+    assert!(left.is_empty(), "a compile outlived its call: {left:?}");
+    // Compiled in full, it takes far longer than the call took.
+    let conf = sb.conf(
+        "1.1.0",
+        "ahead",
+        json!([{"type": "slow", "wasm": {"compileMs": 60_000, "compileMemoryBytes": 2u64 << 30}}]),
+    );
+    let started = std::time::Instant::now();
+    let out = run("slow", conf["chain"].clone());
+    let compile = started.elapsed();
+    assert_eq!(out.error_code(), 7, "{out:?}");
+    assert!(
+        out.stderr.contains("artifact cache: 1 compiled"),
+        "{}",
+        out.stderr
+    );
+    eprintln!("doomed call {returned:?}, the slow compile {compile:?}");
+    assert!(
+        returned * 2 < compile,
+        "the call waited: {returned:?}, the compile {compile:?}"
+    );
+}

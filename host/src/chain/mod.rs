@@ -15,6 +15,7 @@
 //! killed halfway leaves DEL and GC what they need; verbs on one attachment
 //! are serialised by its lock, across processes.
 
+mod ahead;
 mod cleanup;
 mod effects;
 mod native;
@@ -44,6 +45,7 @@ use crate::sandbox::{
 };
 use crate::state::{now_ms, AttachmentRecord, AttachmentRecords, Lock, RecordedLink, RECORD_KIND};
 use crate::store::StateStore;
+use ahead::Ahead;
 use cleanup::Sides;
 use operation::Operation;
 use services::StepServices;
@@ -93,6 +95,8 @@ pub struct Executor {
     trace_work: bool,
     /// The node's trust policy, for entries that name an image.
     trust: Option<Arc<Trust>>,
+    /// Components loaded ahead of their steps (a process of one call).
+    ahead: Option<Arc<Ahead>>,
 }
 
 /// Where plugin calls are reported, IPAM delegates' included.
@@ -143,6 +147,7 @@ impl Executor {
             faults: None,
             trace_work: false,
             trust: None,
+            ahead: None,
         }
     }
 
@@ -175,6 +180,42 @@ impl Executor {
     pub fn with_faults(mut self, faults: Arc<Faults>) -> Self {
         self.faults = Some(faults);
         self
+    }
+
+    /// Load each verb's components after the first ahead of their steps,
+    /// on threads of their own (`ahead.rs`): for a process that runs one
+    /// call. After [`Executor::with_trust`], whose policy the loads check.
+    pub fn loading_ahead(mut self) -> Self {
+        self.ahead = Some(Ahead::new(
+            self.runtime.clone(),
+            self.conf.image_dir.clone(),
+            self.trust.clone(),
+        ));
+        self
+    }
+
+    fn start_ahead(&self, reverse: bool) {
+        if let Some(ahead) = &self.ahead {
+            ahead.start(&self.conf.chain, reverse);
+        }
+    }
+
+    /// A step's component: what was loaded ahead for it, else loaded now.
+    fn load(
+        &self,
+        plugin: &str,
+        limits: &crate::cni::config::Limits,
+    ) -> Result<Arc<Plugin>, CallError> {
+        if let Some(loaded) = self.ahead.as_ref().and_then(|a| a.take(plugin, limits)) {
+            return loaded;
+        }
+        load_component(
+            &self.runtime,
+            &self.conf.image_dir,
+            self.trust.as_deref(),
+            plugin,
+            limits,
+        )
     }
 
     /// Let `type`s without a component run as executables from `cni_path`.
@@ -264,6 +305,7 @@ impl Executor {
 
     pub fn add(&self, att: &Attachment) -> Result<CniResult, HostError> {
         self.check_images()?;
+        self.start_ahead(false);
         let _lock = self.lock_attachment(att)?;
         let prev = self.incoming_prev()?;
         Operation::new(self, att, None).add(prev)
@@ -384,6 +426,7 @@ impl Executor {
     }
 
     pub fn del(&self, att: &Attachment) -> Result<(), HostError> {
+        self.start_ahead(true);
         let _lock = self.lock_attachment(att)?;
         let rec = self.load_record(att);
         let prev = match self.incoming_prev()? {
@@ -457,6 +500,7 @@ impl Executor {
     }
 
     pub fn check(&self, att: &Attachment) -> Result<(), HostError> {
+        self.start_ahead(false);
         let _lock = self.lock_attachment(att)?;
         let rec = self.load_record(att);
         let prev = match self.incoming_prev()? {

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use super::services::StepServices;
 use super::{
-    cleanup, effects, load_component, native, prior_links, recorded, reported_by_plugin,
-    request_for, union, Attachment, Executor, Step,
+    cleanup, effects, native, prior_links, recorded, reported_by_plugin, request_for, union,
+    Attachment, Executor, Step,
 };
 use crate::cni::config::ChainEntry;
 use crate::cni::result::{self, CniResult};
@@ -480,6 +480,7 @@ impl<'e> Operation<'e> {
         services.faults = exec.faults.clone();
         services.trace_work = exec.trace_work;
         services.trust = exec.trust.clone();
+        services.ahead = exec.ahead.clone();
         services
     }
 
@@ -494,13 +495,7 @@ impl<'e> Operation<'e> {
         let exec = self.exec;
         let at = |e: HostError| (e.in_step(step.index, &step.entry.plugin_type), None);
         let config = exec.plugin_config(step, prev).map_err(at)?;
-        let plugin = match load_component(
-            &exec.runtime,
-            &exec.conf.image_dir,
-            exec.trust.as_deref(),
-            &step.entry.plugin_type,
-            &step.entry.limits,
-        ) {
+        let plugin = match exec.load(&step.entry.plugin_type, &step.entry.limits) {
             Ok(p) => p,
             Err(CallError::NotFound { plugin, dir, .. }) => {
                 let path = exec.natives.find(plugin.clone(), dir).map_err(at)?;

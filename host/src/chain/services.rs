@@ -44,6 +44,8 @@ pub(super) struct StepServices {
     image_dir: PathBuf,
     /// The node's trust policy, for a delegate that names an image.
     pub(super) trust: Option<Arc<super::Trust>>,
+    /// Components loaded ahead, the delegate's among them.
+    pub(super) ahead: Option<Arc<super::ahead::Ahead>>,
     cni_version: String,
     /// Set while the delegate holds an allocation made during this step.
     held: Mutex<Option<String>>,
@@ -109,6 +111,7 @@ impl StepServices {
             natives: natives.clone(),
             image_dir: image_dir.to_path_buf(),
             trust: None,
+            ahead: None,
             cni_version: serde_json::from_str::<Value>(&request.config)
                 .ok()
                 .and_then(|v| v.get("cniVersion")?.as_str().map(str::to_string))
@@ -151,13 +154,21 @@ impl StepServices {
             let left = deadline.saturating_duration_since(Instant::now());
             limits.deadline_ms = limits.deadline_ms.min(left.as_millis() as u64).max(1);
         }
-        let plugin = match super::load_component(
-            &self.runtime,
-            &self.image_dir,
-            self.trust.as_deref(),
-            ipam_type,
-            &self.ipam_limits,
-        ) {
+        let ahead = self
+            .ahead
+            .as_ref()
+            .and_then(|a| a.take(ipam_type, &self.ipam_limits));
+        let loaded = match ahead {
+            Some(loaded) => loaded,
+            None => super::load_component(
+                &self.runtime,
+                &self.image_dir,
+                self.trust.as_deref(),
+                ipam_type,
+                &self.ipam_limits,
+            ),
+        };
+        let plugin = match loaded {
             Ok(p) => p,
             Err(CallError::NotFound { plugin, dir, .. }) => {
                 let path = self.natives.find(plugin.clone(), dir)?;
@@ -211,6 +222,7 @@ impl StepServices {
             natives: native::Natives::default(),
             image_dir: self.image_dir.clone(),
             trust: self.trust.clone(),
+            ahead: None,
             cni_version: self.cni_version.clone(),
             held: Mutex::new(None),
             faults: self.faults.clone(),

@@ -64,7 +64,7 @@ pub struct ChainEntry {
 
 /// Per-plugin sandbox limits from the entry's optional `wasm` object. `None` means the
 /// host default.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct Limits {
     pub memory_bytes: Option<u64>,
     pub deadline_ms: Option<u64>,

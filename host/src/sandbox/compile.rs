@@ -181,6 +181,7 @@ fn in_child(exe: &PathBuf, bytes: &[u8], limits: &CompileLimits) -> Result<Vec<u
     use std::os::unix::process::CommandExt;
     let proc_err = |e: std::io::Error| CompileError::Process(e.to_string());
     let memory = limits.memory_bytes;
+    let parent = std::process::id();
     // A CPU bound as a backstop to the wall-clock kill (every core busy).
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
     let cpu = limits
@@ -196,8 +197,9 @@ fn in_child(exe: &PathBuf, bytes: &[u8], limits: &CompileLimits) -> Result<Vec<u
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    // SAFETY: between fork and exec the closure only calls setrlimit, which
-    // is async-signal-safe, on values computed before the fork.
+    // SAFETY: between fork and exec the closure only calls setrlimit, prctl
+    // and getppid, which are async-signal-safe, on values computed before
+    // the fork, and allocates nothing (its errors are raw OS errors).
     unsafe {
         cmd.pre_exec(move || {
             let set = |what, n: u64| {
@@ -213,7 +215,18 @@ fn in_child(exe: &PathBuf, bytes: &[u8], limits: &CompileLimits) -> Result<Vec<u
             };
             set(libc::RLIMIT_DATA, memory)?;
             set(libc::RLIMIT_CPU, cpu)?;
-            set(libc::RLIMIT_CORE, 0)
+            set(libc::RLIMIT_CORE, 0)?;
+            // The compile dies with the thread that waits for it: a
+            // process that exits while one runs (loaded ahead of a step
+            // never reached, chain/ahead.rs) leaves none running. Checked
+            // after, in case that thread already went.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() as u32 != parent {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
         });
     }
     let mut child = cmd.spawn().map_err(proc_err)?;

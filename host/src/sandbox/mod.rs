@@ -465,6 +465,21 @@ impl Runtime {
         Ok(self.plugin_dir.join(format!("{plugin}.wasm")))
     }
 
+    /// False when loading `plugin` from the plugin directory would compile
+    /// it: a component there whose file, as it is now, the artifact cache
+    /// has no digest for. A guess for loading ahead, never a check: the
+    /// load itself decides.
+    pub fn is_compiled(&self, plugin: &str) -> bool {
+        let meta = match self.plugin_path(plugin).map(std::fs::metadata) {
+            Ok(Ok(meta)) => meta,
+            // No component: a native plugin, or an error its step reports.
+            _ => return true,
+        };
+        self.cache
+            .known_digest(plugin, &SourceId::of(&meta))
+            .is_some()
+    }
+
     /// True if a component for `plugin` exists in the plugin directory.
     pub fn has_plugin(&self, plugin: &str) -> bool {
         self.plugin_path(plugin)
