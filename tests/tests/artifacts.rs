@@ -326,10 +326,9 @@ fn a_cold_chain_compiles_ahead_and_leaves_no_compile_behind() {
     // returns without waiting for it, and the compile goes with the call.
     // (It fails at its deadline, by when the compile has all its input.)
     let first = json!({"type": "fx-hostile", "attack": "spin", "wasm": {"deadlineMs": 300}});
-    let doomed = json!([
-        first,
-        {"type": "slow", "wasm": {"compileMs": 60_000, "compileMemoryBytes": 2u64 << 30}}
-    ]);
+    let slow = json!({"type": "slow",
+                      "wasm": {"compileMs": 60_000, "compileMemoryBytes": 2u64 << 30}});
+    let doomed = json!([first, slow]);
     let out = run("spin", json!([first]));
     assert_eq!(out.error_code(), 999, "{out:?}");
     let started = std::time::Instant::now();
@@ -349,13 +348,8 @@ fn a_cold_chain_compiles_ahead_and_leaves_no_compile_behind() {
     }
     assert!(left.is_empty(), "a compile outlived its call: {left:?}");
     // Compiled in full, it takes far longer than the call took.
-    let conf = sb.conf(
-        "1.1.0",
-        "ahead",
-        json!([{"type": "slow", "wasm": {"compileMs": 60_000, "compileMemoryBytes": 2u64 << 30}}]),
-    );
     let started = std::time::Instant::now();
-    let out = run("slow", conf["chain"].clone());
+    let out = run("slow", json!([slow]));
     let compile = started.elapsed();
     assert_eq!(out.error_code(), 7, "{out:?}");
     assert!(

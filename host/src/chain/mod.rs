@@ -182,9 +182,10 @@ impl Executor {
         self
     }
 
-    /// Load each verb's components after the first ahead of their steps,
-    /// on threads of their own (`ahead.rs`): for a process that runs one
-    /// call. After [`Executor::with_trust`], whose policy the loads check.
+    /// Compile the components an ADD, DEL or CHECK will load after its
+    /// first ahead of their steps, on threads of their own (`ahead.rs`):
+    /// for a process that runs one call. After [`Executor::with_trust`],
+    /// whose policy the loads check.
     pub fn loading_ahead(mut self) -> Self {
         self.ahead = Some(Ahead::new(
             self.runtime.clone(),
