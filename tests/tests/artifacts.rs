@@ -322,7 +322,7 @@ fn a_cold_chain_compiles_ahead_and_leaves_no_compile_behind() {
     assert!(!out.stderr.contains("loaded ahead"), "{}", out.stderr);
     assert_eq!(cache_stats(&out), (0, 2), "{}", out.stderr);
 
-    // The first plugin fails at once while the next one compiles: the call
+    // The first plugin fails while the next one still compiles: the call
     // returns without waiting for it, and the compile goes with the call.
     // (It fails at its deadline, by when the compile has all its input.)
     let first = json!({"type": "fx-hostile", "attack": "spin", "wasm": {"deadlineMs": 300}});

@@ -17,7 +17,7 @@
 //! requests.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -25,7 +25,7 @@ use crate::cni::config::{ChainEntry, Limits};
 use crate::log;
 use crate::sandbox::{CallError, Plugin, Runtime};
 
-use super::Trust;
+use super::{ipam_type, load_component, Trust};
 
 /// At most this many loads ahead at once: a long chain does not start a
 /// compile per entry (each bounded in memory by its own limits).
@@ -33,34 +33,27 @@ const MAX_AHEAD: usize = 3;
 
 type Loaded = Result<Arc<Plugin>, CallError>;
 
+/// The loads started ahead, by the component and limits they are for.
+#[derive(Default)]
 pub(crate) struct Ahead {
-    runtime: Arc<Runtime>,
-    image_dir: PathBuf,
-    trust: Option<Arc<Trust>>,
     loads: Mutex<HashMap<(String, Limits), JoinHandle<Loaded>>>,
 }
 
 impl Ahead {
-    pub(crate) fn new(
-        runtime: Arc<Runtime>,
-        image_dir: PathBuf,
-        trust: Option<Arc<Trust>>,
-    ) -> Arc<Self> {
-        Arc::new(Ahead {
-            runtime,
-            image_dir,
-            trust,
-            loads: Mutex::default(),
-        })
-    }
-
     /// Start compiling what `chain` will load, in the order a verb runs it
     /// (`reverse` for DEL), but for the first component, which the verb
     /// loads at once itself. Only components that would be compiled: a
     /// cached artifact loads in a fraction of a millisecond, less than a
     /// thread would save (and an image's component was compiled when it
-    /// was pulled).
-    pub(crate) fn start(&self, chain: &[ChainEntry], reverse: bool) {
+    /// was pulled). Each load is [`load_component`], as a step's is.
+    pub(crate) fn start(
+        &self,
+        runtime: &Arc<Runtime>,
+        image_dir: &Path,
+        trust: Option<&Arc<Trust>>,
+        chain: &[ChainEntry],
+        reverse: bool,
+    ) {
         let mut wanted: Vec<(String, Limits)> = Vec::new();
         let mut entries: Vec<&ChainEntry> = chain.iter().collect();
         if reverse {
@@ -78,7 +71,7 @@ impl Ahead {
             let keep = Some(w) != first.as_ref()
                 && !seen.contains(w)
                 && w.1.image.is_none()
-                && !self.runtime.is_compiled(&w.0);
+                && !runtime.is_compiled(&w.0);
             seen.push(w.clone());
             keep
         });
@@ -89,18 +82,14 @@ impl Ahead {
             return;
         };
         for (plugin, limits) in wanted.into_iter().take(MAX_AHEAD) {
-            let (runtime, image_dir, trust) = (
-                self.runtime.clone(),
-                self.image_dir.clone(),
-                self.trust.clone(),
-            );
+            let (runtime, image_dir, trust) =
+                (runtime.clone(), image_dir.to_path_buf(), trust.cloned());
             let (p, l) = (plugin.clone(), limits.clone());
             let spawned = std::thread::Builder::new()
                 .name("wasm-cni-load".into())
                 .spawn(move || {
                     let started = std::time::Instant::now();
-                    let loaded =
-                        super::load_component(&runtime, &image_dir, trust.as_deref(), &p, &l);
+                    let loaded = load_component(&runtime, &image_dir, trust.as_deref(), &p, &l);
                     if loaded.is_ok() {
                         log::debug(format_args!(
                             "{p}: loaded ahead of its step in {:.1} ms",
@@ -119,7 +108,7 @@ impl Ahead {
     /// What was loaded ahead for `plugin` under `limits`, waiting for it if
     /// it is still loading; taken, so a later load of it is a load of its
     /// own. None if nothing was started for it.
-    pub(crate) fn take(&self, plugin: &str, limits: &Limits) -> Option<Loaded> {
+    fn take(&self, plugin: &str, limits: &Limits) -> Option<Loaded> {
         let handle = self
             .loads
             .lock()
@@ -131,7 +120,18 @@ impl Ahead {
     }
 }
 
-/// `ipam.type` of a chain entry, if it delegates.
-fn ipam_type(entry: &ChainEntry) -> Option<&str> {
-    entry.raw.get("ipam")?.get("type")?.as_str()
+/// A step's or a delegate's component: what was loaded ahead for it, else
+/// loaded now.
+pub(crate) fn load(
+    ahead: Option<&Ahead>,
+    runtime: &Runtime,
+    image_dir: &Path,
+    trust: Option<&Trust>,
+    plugin: &str,
+    limits: &Limits,
+) -> Loaded {
+    match ahead.and_then(|a| a.take(plugin, limits)) {
+        Some(loaded) => loaded,
+        None => load_component(runtime, image_dir, trust, plugin, limits),
+    }
 }

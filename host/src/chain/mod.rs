@@ -184,20 +184,21 @@ impl Executor {
 
     /// Compile the components an ADD, DEL or CHECK will load after its
     /// first ahead of their steps, on threads of their own (`ahead.rs`):
-    /// for a process that runs one call. After [`Executor::with_trust`],
-    /// whose policy the loads check.
+    /// for a process that runs one call.
     pub fn loading_ahead(mut self) -> Self {
-        self.ahead = Some(Ahead::new(
-            self.runtime.clone(),
-            self.conf.image_dir.clone(),
-            self.trust.clone(),
-        ));
+        self.ahead = Some(Arc::default());
         self
     }
 
     fn start_ahead(&self, reverse: bool) {
         if let Some(ahead) = &self.ahead {
-            ahead.start(&self.conf.chain, reverse);
+            ahead.start(
+                &self.runtime,
+                &self.conf.image_dir,
+                self.trust.as_ref(),
+                &self.conf.chain,
+                reverse,
+            );
         }
     }
 
@@ -207,10 +208,8 @@ impl Executor {
         plugin: &str,
         limits: &crate::cni::config::Limits,
     ) -> Result<Arc<Plugin>, CallError> {
-        if let Some(loaded) = self.ahead.as_ref().and_then(|a| a.take(plugin, limits)) {
-            return loaded;
-        }
-        load_component(
+        ahead::load(
+            self.ahead.as_deref(),
             &self.runtime,
             &self.conf.image_dir,
             self.trust.as_deref(),
@@ -857,6 +856,11 @@ fn trusted(policy: &Policy, store: &ImageStore, image: &ImageRef) -> Result<(), 
                 why
             })
         })
+}
+
+/// `ipam.type` of a chain entry, if it delegates.
+fn ipam_type(entry: &ChainEntry) -> Option<&str> {
+    entry.raw.get("ipam")?.get("type")?.as_str()
 }
 
 /// A chain entry's component: from the image store when the entry names an

@@ -73,10 +73,7 @@ impl StepServices {
         valid: Option<&[wit::Attachment]>,
     ) -> Self {
         let ipam = entry.raw.get("ipam").and_then(Value::as_object);
-        let ipam_type = ipam
-            .and_then(|i| i.get("type"))
-            .and_then(Value::as_str)
-            .map(str::to_string);
+        let ipam_type = super::ipam_type(entry).map(str::to_string);
         let ipam_limits = entry.ipam_limits.clone();
         let ipam_data_dir = ipam
             .and_then(|i| i.get("dataDir"))
@@ -154,21 +151,14 @@ impl StepServices {
             let left = deadline.saturating_duration_since(Instant::now());
             limits.deadline_ms = limits.deadline_ms.min(left.as_millis() as u64).max(1);
         }
-        let ahead = self
-            .ahead
-            .as_ref()
-            .and_then(|a| a.take(ipam_type, &self.ipam_limits));
-        let loaded = match ahead {
-            Some(loaded) => loaded,
-            None => super::load_component(
-                &self.runtime,
-                &self.image_dir,
-                self.trust.as_deref(),
-                ipam_type,
-                &self.ipam_limits,
-            ),
-        };
-        let plugin = match loaded {
+        let plugin = match super::ahead::load(
+            self.ahead.as_deref(),
+            &self.runtime,
+            &self.image_dir,
+            self.trust.as_deref(),
+            ipam_type,
+            &self.ipam_limits,
+        ) {
             Ok(p) => p,
             Err(CallError::NotFound { plugin, dir, .. }) => {
                 let path = self.natives.find(plugin.clone(), dir)?;
