@@ -27,6 +27,8 @@ fn old(revision: &str, name: &str) -> PathBuf {
 
 /// `cni:plugin@0.1.0` as released (commit 63aab4e).
 const V0_1_0: &str = "wit-0.1.0-63aab4e";
+/// `cni:plugin@0.2.0` as released (the bundled components at 5e2224b).
+const V0_2_0: &str = "wit-0.2.0-5e2224b";
 /// The unreleased revision of 0.1.0 whose `link` has 15 fields (fab0967).
 const V0_1_0_LATER: &str = "wit-0.1.0-fab0967";
 
@@ -50,14 +52,19 @@ fn plugin_test(component: &PathBuf, delegate: &PathBuf, config: Value) -> (i32, 
 }
 
 #[test]
-fn components_built_against_0_1_0_as_released_pass_plugin_test() {
+fn components_built_against_released_versions_pass_plugin_test() {
     let conf = bridge_conf("compatpt", "cni0", "10.77.0.0/24");
     // Both old, and each old one beside a current one: a chain may mix
-    // versions, and IPAM delegation crosses them.
+    // versions, and IPAM delegation crosses them. The 0.2.0 host-local
+    // reads the whole scope (`store.list`), the current one asks `lookup`
+    // and `span`: both over the same store.
     for (bridge, host_local) in [
         (old(V0_1_0, "bridge"), old(V0_1_0, "host-local")),
         (old(V0_1_0, "bridge"), plugin("host-local")),
         (plugin("bridge"), old(V0_1_0, "host-local")),
+        (old(V0_2_0, "bridge"), old(V0_2_0, "host-local")),
+        (plugin("bridge"), old(V0_2_0, "host-local")),
+        (old(V0_2_0, "bridge"), old(V0_1_0, "host-local")),
     ] {
         let (code, out) = plugin_test(&bridge, &host_local, conf.clone());
         assert_eq!(
@@ -76,25 +83,41 @@ fn components_built_against_0_1_0_as_released_pass_plugin_test() {
 
 #[test]
 fn a_0_1_0_chain_runs_in_real_namespaces() {
-    let pod = Pod::new("cpt");
-    let sb = Sandbox::new("compat-ns");
-    sb.install(&old(V0_1_0, "bridge"), "bridge");
-    sb.install(&old(V0_1_0, "host-local"), "host-local");
+    old_chain_runs(V0_1_0, "0.1.0", "cpt", "10.78.0");
+}
+
+#[test]
+fn a_0_2_0_chain_runs_in_real_namespaces() {
+    old_chain_runs(V0_2_0, "0.2.0", "cpt2", "10.79.0");
+}
+
+/// ADD, CHECK and DEL of a chain of components built against `wit` in a
+/// pod's real namespaces; then the current host-local takes over the
+/// same store, and sees what the old one released.
+fn old_chain_runs(revision: &str, wit: &str, tag: &str, net: &str) {
+    let pod = Pod::new(tag);
+    let sb = Sandbox::new(&format!("compat-ns-{tag}"));
+    sb.install(&old(revision, "bridge"), "bridge");
+    sb.install(&old(revision, "host-local"), "host-local");
     let conf = sb.conf(
         "1.1.0",
-        "compatns",
-        json!([{"type": "bridge", "bridge": "cbr0", "isGateway": true,
-                "ipam": {"type": "host-local", "subnet": "10.78.0.0/24"}}]),
+        &format!("compat{tag}"),
+        json!([{"type": "bridge", "bridge": format!("{tag}br0"), "isGateway": true,
+                "ipam": {"type": "host-local", "subnet": format!("{net}.0/24"),
+                         "reuseIPWait": 600}}]),
     );
     let add = pod.run(Invocation::new("ADD").id("c1"), &conf);
     add.assert_ok();
     let r = add.json();
-    assert_eq!(r["ips"][0]["address"], "10.78.0.2/24", "{r}");
+    assert_eq!(r["ips"][0]["address"], format!("{net}.2/24"), "{r}");
     // The veth the old plugin made through the adapted `create-veth`, with
     // the address its old IPAM delegate chose.
     let addrs = pod.ctr.exec(&["ip", "-o", "addr", "show", "dev", "eth0"]);
-    assert!(addrs.contains("10.78.0.2/24"), "{addrs}");
-    let host_side = pod.node.link("cbr0").expect("the bridge exists");
+    assert!(addrs.contains(&format!("{net}.2/24")), "{addrs}");
+    let host_side = pod
+        .node
+        .link(&format!("{tag}br0"))
+        .expect("the bridge exists");
     assert_eq!(host_side["operstate"], "UP", "{host_side}");
     pod.run(Invocation::new("CHECK").id("c1"), &conf)
         .assert_ok();
@@ -113,8 +136,16 @@ fn a_0_1_0_chain_runs_in_real_namespaces() {
     let text = String::from_utf8_lossy(&out.stdout);
     for name in ["bridge", "host-local"] {
         let line = text.lines().find(|l| l.starts_with(name)).unwrap_or("");
-        assert!(line.contains("wit=0.1.0"), "{text}");
+        assert!(line.contains(&format!("wit={wit}")), "{text}");
     }
+
+    // The current host-local on the old one's store: .2 is quarantined
+    // (reuseIPWait), so the next ADD gets .3.
+    sb.install(&plugin("host-local"), "host-local");
+    let add = pod.run(Invocation::new("ADD").id("c2"), &conf);
+    add.assert_ok();
+    assert_eq!(add.json()["ips"][0]["address"], format!("{net}.3/24"));
+    pod.run(Invocation::new("DEL").id("c2"), &conf).assert_ok();
 }
 
 /// A load refusal as the runtime sees it: code 7 and the message.
@@ -136,7 +167,7 @@ fn the_unreleased_revision_of_0_1_0_is_refused_with_what_to_do() {
         msg.contains("\"odd\"")
             && msg.contains("built against cni:plugin@0.1.0")
             && msg.contains("its import cni:plugin/network@0.1.0 differs")
-            && msg.contains("this host serves cni:plugin 0.1.0, 0.2.0")
+            && msg.contains("this host serves cni:plugin 0.1.0, 0.2.0, 0.2.1")
             && msg.contains("rebuild it against 0.2.0"),
         "{msg}"
     );
@@ -157,9 +188,19 @@ fn component(imports: &[&str], export: &str) -> Vec<u8> {
 fn unknown_versions_and_ungranted_imports_are_refused_by_name() {
     let cases = [
         (
-            component(&["cni:plugin/log@0.3.0"], "cni:plugin/plugin@0.2.0"),
+            component(&["cni:plugin/log@0.3.0"], "cni:plugin/plugin@0.2.1"),
             "built against cni:plugin@0.3.0 (it imports cni:plugin/log@0.3.0); this host serves \
-             cni:plugin 0.1.0, 0.2.0",
+             cni:plugin 0.1.0, 0.2.0, 0.2.1",
+        ),
+        // A later patch would link against 0.2.1 by wasmtime's semver
+        // rules, lacking whatever it added: refused by name first.
+        (
+            component(&["cni:plugin/store@0.2.2"], "cni:plugin/plugin@0.2.1"),
+            "built against cni:plugin@0.2.2 (it imports cni:plugin/store@0.2.2)",
+        ),
+        (
+            component(&[], "cni:plugin/plugin@0.2.9"),
+            "built against cni:plugin@0.2.9 (it exports cni:plugin/plugin@0.2.9)",
         ),
         (
             component(&[], "cni:plugin/plugin@0.9.1"),

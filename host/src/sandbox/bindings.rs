@@ -7,10 +7,11 @@
 //! an error variant returns `Result<T, Fail<E>>` instead (`fail.rs`), which
 //! carries either.
 //!
-//! Two contract versions are served (`wit/README.md`): the current one,
-//! `cni:plugin@0.2.0`, from `wit/`, and every released one before it from
-//! `wit/released/<version>/`, whose imports forward to the current ones
-//! (`compat.rs`). The WIT types of both derive serde so that a value of one
+//! The contract versions served (`wit/README.md`): the current one,
+//! `cni:plugin@0.2.1`, from `wit/`, which also serves 0.2.0 (a patch
+//! version only adds: wasmtime links `0.2.x` names semver-compatibly), and
+//! 0.1.0 from `wit/released/0.1.0/`, whose imports forward to the current
+//! ones (`compat.rs`). The WIT types of both derive serde so that a value of one
 //! version becomes the other's by name, field by field: a field a version
 //! lacks is dropped going down and `none` coming up.
 

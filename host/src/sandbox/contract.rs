@@ -8,10 +8,10 @@ use wasmtime::Engine;
 
 /// The `cni:plugin` versions this host serves, oldest first. The last is
 /// the contract in `wit/`; the others are in `wit/released/`.
-pub const SERVED: &[&str] = &["0.1.0", "0.2.0"];
+pub const SERVED: &[&str] = &["0.1.0", "0.2.0", "0.2.1"];
 
 /// The interfaces of `cni:plugin`, the same in every served version (0.2.0
-/// changed records, not names).
+/// changed records, 0.2.1 added functions, neither changed names).
 const INTERFACES: &[&str] = &[
     "types", "log", "network", "filter", "ipam", "store", "files", "plugin",
 ];
@@ -55,6 +55,7 @@ pub const WASI: &[&str] = &[
 pub enum Version {
     V0_1,
     V0_2,
+    V0_2_1,
 }
 
 impl Version {
@@ -62,6 +63,7 @@ impl Version {
         match self {
             Version::V0_1 => "0.1.0",
             Version::V0_2 => "0.2.0",
+            Version::V0_2_1 => "0.2.1",
         }
     }
 
@@ -69,6 +71,7 @@ impl Version {
         match v {
             "0.1.0" => Some(Version::V0_1),
             "0.2.0" => Some(Version::V0_2),
+            "0.2.1" => Some(Version::V0_2_1),
             _ => None,
         }
     }
@@ -176,7 +179,7 @@ pub fn mismatch(version: Version, linker_error: &str) -> String {
              record has `vlan-id` and `ipvlan-mode`) matches cni:plugin@0.2.0: rebuild it \
              against 0.2.0"
         }
-        Version::V0_2 => "",
+        Version::V0_2 | Version::V0_2_1 => "",
     };
     format!(
         "was built against cni:plugin@{v}, but {differs} from cni:plugin@{v} as released \
@@ -196,9 +199,10 @@ mod tests {
         assert!(check_import("cni:plugin/types@0.2.0").is_ok());
         assert!(check_import("wasi:io/streams@0.2.12").is_ok());
         assert!(check_import("wasi:clocks/monotonic-clock@0.2.0").is_ok());
+        assert!(check_import("cni:plugin/store@0.2.1").is_ok());
         let e = check_import("cni:plugin/network@0.3.0").unwrap_err();
         assert!(
-            e.contains("cni:plugin@0.3.0") && e.contains("serves cni:plugin 0.1.0, 0.2.0"),
+            e.contains("cni:plugin@0.3.0") && e.contains("serves cni:plugin 0.1.0, 0.2.0, 0.2.1"),
             "{e}"
         );
         // Semver-compatible in the linker's eyes, but not a version this

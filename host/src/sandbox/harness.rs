@@ -220,6 +220,11 @@ pub enum Import {
     Release(#[arbitrary(with = draw::store_key)] String),
     GetByOwner,
     ListEntries,
+    Lookup(#[arbitrary(with = draw::store_keys)] Vec<String>),
+    Span(
+        #[arbitrary(with = draw::store_key)] String,
+        #[arbitrary(with = draw::store_key)] String,
+    ),
     Now,
     GetValue(#[arbitrary(with = draw::store_key)] String),
     SetValue(#[arbitrary(with = draw::store_key)] String, Option<String>),
@@ -373,6 +378,16 @@ pub mod draw {
         } else {
             String::arbitrary(u)
         }
+    }
+
+    /// Keys for one `lookup`: a few, or past the host's bound.
+    pub fn store_keys(u: &mut Unstructured<'_>) -> Result<Vec<String>> {
+        if u8::arbitrary(u)? == 0 {
+            let key = store_key(u)?;
+            return Ok(vec![key; crate::sandbox::host_store::MAX_LOOKUP_KEYS + 1]);
+        }
+        let n = u8::arbitrary(u)? % 8;
+        (0..n).map(|_| store_key(u)).collect()
     }
 
     /// A sysctl key: a node-wide one, `net.ipv{4,6}.{conf,neigh}.<link
@@ -1019,6 +1034,10 @@ impl ImportHarness {
             Import::ListEntries => {
                 split(StoreHost::list(c)).map(|r| format!("{} entries", r.map_or(0, |v| v.len())))
             }
+            Import::Lookup(keys) => split(StoreHost::lookup(c, keys)).map(|r| format!("{r:?}")),
+            Import::Span(first, last) => {
+                split(StoreHost::span(c, first, last)).map(|r| format!("{r:?}"))
+            }
             Import::Now => StoreHost::now(c).map(|r| r.to_string()),
             Import::GetValue(name) => {
                 split(StoreHost::get_value(c, name)).map(|r| format!("{r:?}"))
@@ -1491,6 +1510,63 @@ mod tests {
         assert_eq!(out, "Ok(())");
         let out = h.call(Import::SetValue("k0".into(), Some(big))).unwrap();
         assert_eq!(out, "Ok(())");
+        h.finish(true).unwrap();
+    }
+
+    /// `lookup` and `span` (0.2.1) read: the plugin controls the keys and
+    /// the bounds. It must not see another scope's entries, make the host
+    /// build an answer of unbounded size, or change anything.
+    #[test]
+    fn lookup_and_span_read_the_own_scope_only_and_bounded() {
+        let mut h = ImportHarness::new(Command::Add, 10_000).unwrap();
+        // 10.2.0.2 and 10.3.0.2 live in other scopes (another network, the
+        // same network's host-local): not here.
+        let keys = ["10.1.0.2", "10.2.0.2", "10.3.0.2", "10.1.0.3"].map(String::from);
+        let out = h.call(Import::Lookup(keys.to_vec())).unwrap();
+        assert!(out.starts_with("Ok([Some("), "{out}");
+        assert_eq!(out.matches("Some(Entry").count(), 2, "{out}");
+        assert!(
+            out.contains("10.1.0.2") && out.contains("10.1.0.3"),
+            "{out}"
+        );
+        assert!(!out.contains("10.2.0") && !out.contains("10.3.0"), "{out}");
+        let out = h
+            .call(Import::Span("10.0.0.0".into(), "10.255.255.255".into()))
+            .unwrap();
+        assert!(
+            out.contains("entries: 2, released: 1") && out.contains("10.1.0.3"),
+            "{out}"
+        );
+        let bound = super::super::host_store::MAX_LOOKUP_KEYS;
+        let out = h
+            .call(Import::Lookup(vec!["10.1.0.2".into(); bound + 1]))
+            .unwrap();
+        assert!(
+            out.contains("Refused") && out.contains("at most 1024"),
+            "{out}"
+        );
+        let out = h
+            .call(Import::Lookup(vec!["10.1.0.2".into(); bound]))
+            .unwrap();
+        assert_eq!(out.matches("Some(Entry").count(), bound);
+        let long = "x".repeat(1 << 20);
+        let out = h.call(Import::Lookup(vec![long.clone()])).unwrap();
+        assert!(
+            out.contains("invalid key") && out.len() < 200,
+            "{}",
+            out.len()
+        );
+        for (first, last, why) in [
+            ("10.1.0.9", "10.1.0.1", "is empty"),
+            ("10.1.0.1", "::1", "mixes address families"),
+            ("10.1.0.1", "last", "not an IP address"),
+            (long.as_str(), "10.1.0.1", "not an IP address"),
+        ] {
+            let out = h.call(Import::Span(first.into(), last.into())).unwrap();
+            assert!(out.contains("Refused") && out.contains(why), "{out}");
+            assert!(out.len() < 300, "{}", out.len());
+        }
+        h.check().unwrap();
         h.finish(true).unwrap();
     }
 

@@ -2,7 +2,9 @@
 //! transaction per call (see `crate::store`). Owner and verb come from the
 //! call, never from the plugin.
 
-use super::bindings::cni::plugin::store::{Entry as WitEntry, Host, StoreError};
+use std::net::IpAddr;
+
+use super::bindings::cni::plugin::store::{Entry as WitEntry, Host, SpanSummary, StoreError};
 use super::bindings::types::Attachment;
 use super::fail::{Fail, StoreFail};
 use super::state::Ctx;
@@ -18,6 +20,9 @@ type R<T> = Result<T, StoreFail>;
 /// Bounds on what a plugin can make the host keep.
 const MAX_VALUE_BYTES: usize = 64 << 10;
 const MAX_ITEMS: usize = 1 << 20;
+/// Keys one `lookup` may ask for: its answer is built on the host before
+/// the plugin's memory limit could refuse it.
+pub(crate) const MAX_LOOKUP_KEYS: usize = 1024;
 /// What one scope may hold in all, as stored: without it, a call
 /// could write `hostCallBudget` values of 64 KiB each (650 MB by default)
 /// to the state directory. Room for a fully used /16 pool of host-local
@@ -159,7 +164,81 @@ fn check_key(key: &str) -> Result<(), StoreError> {
     if valid_key(key) {
         Ok(())
     } else {
-        Err(StoreError::Refused(format!("invalid key {key:?}")))
+        // Cut: the plugin chose the key, and the message goes back to it
+        // and into the log.
+        let shown: String = key.chars().take(64).collect();
+        Err(StoreError::Refused(format!("invalid key {shown:?}")))
+    }
+}
+
+/// An entry as the plugin sees it.
+fn wit_entry(key: &str, e: &Entry) -> WitEntry {
+    WitEntry {
+        key: key.to_string(),
+        owner: Attachment {
+            container_id: e.owner.container_id.clone(),
+            ifname: e.owner.ifname.clone(),
+        },
+        allocated_at: e.allocated_at,
+        released_at: e.released_at,
+    }
+}
+
+/// An address as `span` reads keys and bounds: IPv4-mapped IPv6 is IPv4,
+/// as host-local (Go's `To4`) reads it.
+fn address(s: &str) -> Option<IpAddr> {
+    let ip: IpAddr = s.parse().ok()?;
+    Some(match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    })
+}
+
+/// `first..=last`, both addresses of one family, in order.
+fn span_bounds(first: &str, last: &str) -> Result<(IpAddr, IpAddr), StoreError> {
+    let bound = |s: &str| {
+        address(s).ok_or_else(|| {
+            StoreError::Refused(format!(
+                "span bound {:?} is not an IP address",
+                s.chars().take(64).collect::<String>()
+            ))
+        })
+    };
+    let (a, b) = (bound(first)?, bound(last)?);
+    if a.is_ipv4() != b.is_ipv4() {
+        return Err(StoreError::Refused(format!(
+            "span {a} to {b} mixes address families"
+        )));
+    }
+    if a > b {
+        return Err(StoreError::Refused(format!("span {a} to {b} is empty")));
+    }
+    Ok((a, b))
+}
+
+/// The summary of `first..=last` over the scope's entries: one pass, no
+/// copy but of the oldest released entry.
+fn summarize(data: &ScopeData, first: IpAddr, last: IpAddr) -> SpanSummary {
+    let (mut entries, mut released) = (0u32, 0u32);
+    let mut oldest: Option<(u64, IpAddr, &str, &Entry)> = None;
+    for (key, e) in &data.entries {
+        // Same family and in order: `IpAddr` orders every IPv4 address
+        // below every IPv6 one, so the bounds also exclude the other family.
+        let Some(ip) = address(key).filter(|ip| (first..=last).contains(ip)) else {
+            continue;
+        };
+        entries = entries.saturating_add(1);
+        if let Some(t) = e.released_at {
+            released = released.saturating_add(1);
+            if oldest.is_none_or(|(ot, oip, ..)| (t, ip) < (ot, oip)) {
+                oldest = Some((t, ip, key, e));
+            }
+        }
+    }
+    SpanSummary {
+        entries,
+        released,
+        oldest_released: oldest.map(|(_, _, key, e)| wit_entry(key, e)),
     }
 }
 
@@ -249,19 +328,31 @@ impl Host for Ctx {
 
     fn list(&mut self) -> R<Vec<WitEntry>> {
         self.with_scope(|data, _, _, _| {
-            Ok(data
-                .entries
-                .iter()
-                .map(|(k, e)| WitEntry {
-                    key: k.clone(),
-                    owner: Attachment {
-                        container_id: e.owner.container_id.clone(),
-                        ifname: e.owner.ifname.clone(),
-                    },
-                    allocated_at: e.allocated_at,
-                    released_at: e.released_at,
+            Ok(data.entries.iter().map(|(k, e)| wit_entry(k, e)).collect())
+        })
+    }
+
+    fn lookup(&mut self, keys: Vec<String>) -> R<Vec<Option<WitEntry>>> {
+        self.with_scope(|data, _, _, _| {
+            if keys.len() > MAX_LOOKUP_KEYS {
+                return Err(StoreError::Refused(format!(
+                    "lookup of {} keys; at most {MAX_LOOKUP_KEYS} per call",
+                    keys.len()
+                )));
+            }
+            keys.iter()
+                .map(|k| {
+                    check_key(k)?;
+                    Ok(data.entries.get(k).map(|e| wit_entry(k, e)))
                 })
-                .collect())
+                .collect()
+        })
+    }
+
+    fn span(&mut self, first: String, last: String) -> R<SpanSummary> {
+        self.with_scope(|data, _, _, _| {
+            let (first, last) = span_bounds(&first, &last)?;
+            Ok(summarize(data, first, last))
         })
     }
 
@@ -328,6 +419,64 @@ mod tests {
             let written = serde_json::to_string(s).unwrap();
             assert_eq!(json_len(s), written.len(), "{s:?} -> {written}");
         }
+    }
+
+    fn entry(released_at: Option<u64>) -> Entry {
+        Entry {
+            owner: Owner {
+                container_id: "c".into(),
+                ifname: "eth0".into(),
+            },
+            allocated_at: 1,
+            released_at,
+            node: None,
+        }
+    }
+
+    /// A span counts the addresses of its family between its bounds, an
+    /// IPv4-mapped key as IPv4, and picks the oldest release, the lowest
+    /// address among equals; other keys count nowhere.
+    #[test]
+    fn a_span_summarizes_its_addresses_only() {
+        let mut data = ScopeData::default();
+        for (k, r) in [
+            ("10.0.0.2", None),
+            ("10.0.0.10", Some(50)),
+            ("10.0.0.9", Some(50)),
+            ("::ffff:10.0.0.3", Some(70)),
+            ("10.0.1.0", Some(10)),
+            ("2001:db8::5", Some(1)),
+            ("last", Some(0)),
+            ("010.0.0.4", Some(0)),
+        ] {
+            data.entries.insert(k.into(), entry(r));
+        }
+        let (a, b) = span_bounds("10.0.0.0", "10.0.0.255").unwrap();
+        let s = summarize(&data, a, b);
+        assert_eq!((s.entries, s.released), (4, 3));
+        // 10.0.0.9 and 10.0.0.10 were released together: the lower address
+        // wins, not the lower key (the text "10.0.0.10" sorts first).
+        assert_eq!(
+            s.oldest_released.map(|e| e.key).as_deref(),
+            Some("10.0.0.9")
+        );
+        let (a, b) = span_bounds("::", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe").unwrap();
+        let s = summarize(&data, a, b);
+        // `::ffff:10.0.0.3` reads as IPv4, so only 2001:db8::5 is IPv6.
+        assert_eq!((s.entries, s.released), (1, 1));
+        let (a, b) = span_bounds("10.0.0.3", "10.0.0.3").unwrap();
+        let s = summarize(&data, a, b);
+        assert_eq!(
+            s.oldest_released.map(|e| e.key).as_deref(),
+            Some("::ffff:10.0.0.3")
+        );
+        let none = summarize(
+            &data,
+            "192.0.2.0".parse().unwrap(),
+            "192.0.2.9".parse().unwrap(),
+        );
+        assert_eq!((none.entries, none.released), (0, 0));
+        assert!(none.oldest_released.is_none());
     }
 
     #[test]

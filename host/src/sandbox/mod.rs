@@ -288,6 +288,8 @@ pub struct Plugin {
     pub path: PathBuf,
     pub digest: String,
     pub origin: Origin,
+    /// The contract its `plugin` export names.
+    wit: contract::Version,
     pre: Bound,
 }
 
@@ -309,10 +311,7 @@ impl Bound {
 impl Plugin {
     /// The `cni:plugin` version the component was built against.
     pub fn wit_version(&self) -> &'static str {
-        match self.pre {
-            Bound::Now(_) => contract::Version::V0_2.as_str(),
-            Bound::V0_1(_) => contract::Version::V0_1.as_str(),
-        }
+        self.wit.as_str()
     }
 }
 
@@ -623,13 +622,18 @@ impl Runtime {
             contract::Version::V0_1 => {
                 Bound::V0_1(bindings::v0_1_0::PluginHostPre::new(pre).map_err(invalid)?)
             }
-            contract::Version::V0_2 => Bound::Now(PluginHostPre::new(pre).map_err(invalid)?),
+            // 0.2.1 only added functions: a 0.2.0 component's imports and
+            // export match the current ones by wasmtime's semver rules.
+            contract::Version::V0_2 | contract::Version::V0_2_1 => {
+                Bound::Now(PluginHostPre::new(pre).map_err(invalid)?)
+            }
         };
         let loaded = Arc::new(Plugin {
             name: plugin.to_string(),
             path,
             digest,
             origin,
+            wit: version,
             pre,
         });
         if let Ok(mut m) = self.loaded.lock() {
