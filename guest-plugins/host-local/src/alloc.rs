@@ -59,6 +59,8 @@ pub enum AllocError {
     },
     /// Requested-address and duplicate checks, in the reference's words.
     Refused(String),
+    /// The store could not answer: the whole message, with its CNI code.
+    Store(wasm_cni_sdk::error::CniError),
 }
 
 impl std::fmt::Display for AllocError {
@@ -68,6 +70,7 @@ impl std::fmt::Display for AllocError {
                 write!(f, "no IP addresses available in range set: {set}")
             }
             AllocError::Refused(m) => f.write_str(m),
+            AllocError::Store(e) => f.write_str(&e.msg),
         }
     }
 }
@@ -87,10 +90,65 @@ pub enum How {
     },
 }
 
-/// The address-to-slot view of one range set.
-pub struct Pool<'a> {
+/// What one span of addresses holds (`Slots::span`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SpanCount {
+    /// Entries, live and released.
+    pub entries: usize,
+    pub released: usize,
+    /// The entry released longest ago: (release time, address), the lowest
+    /// address among equals.
+    pub oldest: Option<(u64, IpAddr)>,
+}
+
+/// The questions the reuse policy asks of the store. The component asks
+/// the host (`store.lookup`, `store.span`: a call costs what it looks at,
+/// not the whole history); a map of every slot answers the same in the
+/// unit tests and for STATUS.
+pub trait Slots {
+    /// The slot of each address, in order (`None`: never used).
+    fn get(&self, ips: &[IpAddr]) -> Result<Vec<Option<Slot>>, AllocError>;
+    /// What `first..=last` holds (one family, in order).
+    fn span(&self, first: IpAddr, last: IpAddr) -> Result<SpanCount, AllocError>;
+    /// Addresses held live by `owner`.
+    fn held_by(&self, owner: &Owner) -> Result<Vec<IpAddr>, AllocError>;
+}
+
+impl Slots for BTreeMap<IpAddr, Slot> {
+    fn get(&self, ips: &[IpAddr]) -> Result<Vec<Option<Slot>>, AllocError> {
+        Ok(ips
+            .iter()
+            .map(|ip| BTreeMap::get(self, ip).cloned())
+            .collect())
+    }
+
+    fn span(&self, first: IpAddr, last: IpAddr) -> Result<SpanCount, AllocError> {
+        let mut count = SpanCount::default();
+        for (ip, slot) in self.range(first..=last) {
+            count.entries += 1;
+            if let Some(t) = slot.released_at {
+                count.released += 1;
+                if count.oldest.is_none_or(|o| (t, *ip) < o) {
+                    count.oldest = Some((t, *ip));
+                }
+            }
+        }
+        Ok(count)
+    }
+
+    fn held_by(&self, owner: &Owner) -> Result<Vec<IpAddr>, AllocError> {
+        Ok(self
+            .iter()
+            .filter(|(_, s)| s.is_live() && s.owner == *owner)
+            .map(|(ip, _)| *ip)
+            .collect())
+    }
+}
+
+/// One range set over the store's slots.
+pub struct Pool<'a, S: Slots + ?Sized> {
     pub set: &'a RangeSet,
-    pub slots: &'a BTreeMap<IpAddr, Slot>,
+    pub slots: &'a S,
 }
 
 /// When a released slot leaves quarantine.
@@ -98,9 +156,43 @@ fn free_at(released_at: u64, policy: &Policy) -> u64 {
     released_at.saturating_add(policy.reuse_wait_ms)
 }
 
-impl Pool<'_> {
-    fn in_set(&self) -> impl Iterator<Item = (&IpAddr, &Slot)> {
-        self.slots.iter().filter(|(ip, _)| self.set.contains(ip))
+/// Candidates asked about at once in the never-used walk: the first batch
+/// is small since the next address in round-robin order is usually free;
+/// later ones grow up to what one `store.lookup` takes.
+const FIRST_BATCH: usize = 8;
+const MAX_BATCH: usize = 1024;
+
+impl<S: Slots + ?Sized> Pool<'_, S> {
+    /// What the whole set holds: its ranges' spans together.
+    fn count(&self) -> Result<SpanCount, AllocError> {
+        let mut all = SpanCount::default();
+        for r in &self.set.0 {
+            let c = self.slots.span(r.start, r.end)?;
+            all.entries += c.entries;
+            all.released += c.released;
+            all.oldest = match (all.oldest, c.oldest) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        Ok(all)
+    }
+
+    /// The first never-used address in round-robin order after `last`.
+    fn never_used(&self, last: Option<IpAddr>) -> Result<Option<IpAddr>, AllocError> {
+        let mut walk = self.set.iter_from(last);
+        let mut batch = FIRST_BATCH;
+        loop {
+            let ips: Vec<IpAddr> = walk.by_ref().take(batch).collect();
+            if ips.is_empty() {
+                return Ok(None);
+            }
+            let slots = self.slots.get(&ips)?;
+            if let Some(i) = slots.iter().position(Option::is_none) {
+                return Ok(ips.get(i).copied());
+            }
+            batch = (batch * 4).min(MAX_BATCH);
+        }
     }
 
     /// Pick an address for `owner` (`IPAllocator.Get`, then the policy).
@@ -121,7 +213,11 @@ impl Pool<'_> {
             }
             // An explicit request is honoured even in quarantine: the
             // caller chose this address (often to get its own one back).
-            if self.slots.get(&ip).is_some_and(Slot::is_live) {
+            let held = self.slots.get(&[ip])?;
+            if held
+                .first()
+                .is_some_and(|s| s.as_ref().is_some_and(Slot::is_live))
+            {
                 return Err(AllocError::Refused(format!(
                     "requested IP address {ip} is not available in range set {}",
                     self.set
@@ -129,9 +225,11 @@ impl Pool<'_> {
             }
             return Ok((ip, How::Requested));
         }
-        if let Some((ip, _)) = self
-            .in_set()
-            .find(|(_, s)| s.is_live() && s.owner == *owner)
+        if let Some(ip) = self
+            .slots
+            .held_by(owner)?
+            .into_iter()
+            .find(|ip| self.set.contains(ip))
         {
             return Err(AllocError::Refused(format!(
                 "{ip} has been allocated to {}, duplicate allocation is not allowed",
@@ -139,49 +237,43 @@ impl Pool<'_> {
             )));
         }
 
-        // Released slots by release time (ties by address, for determinism).
-        let mut released: Vec<(u64, IpAddr)> = self
-            .in_set()
-            .filter_map(|(ip, s)| s.released_at.map(|t| (t, *ip)))
-            .collect();
-        released.sort_unstable();
-        let expired = released
-            .iter()
-            .find(|(t, _)| free_at(*t, policy) <= now)
-            .copied();
-        let history = self.in_set().count();
+        let count = self.count()?;
+        // The oldest release is the first to leave quarantine.
+        let expired = count.oldest.filter(|(t, _)| free_at(*t, policy) <= now);
 
-        if let (Some((t, ip)), true) = (expired, history >= HISTORY_CAP) {
+        if let (Some((t, ip)), true) = (expired, count.entries >= HISTORY_CAP) {
             return Ok((ip, reused(now, t)));
         }
         // Each step lands on a slot or on a never-used address, so this ends
         // within history + gateways + 1 steps even in a /64.
-        if let Some(ip) = self
-            .set
-            .iter_from(last_reserved)
-            .find(|ip| !self.slots.contains_key(ip))
-        {
+        if let Some(ip) = self.never_used(last_reserved)? {
             return Ok((ip, How::NeverUsed));
         }
         if let Some((t, ip)) = expired {
             return Ok((ip, reused(now, t)));
         }
-        match released.first() {
-            Some(&(t, ip)) if policy.reuse_quarantined => Ok((
+        match count.oldest {
+            Some((t, ip)) if policy.reuse_quarantined => Ok((
                 ip,
                 How::Quarantined {
                     early_ms: free_at(t, policy).saturating_sub(now),
                 },
             )),
-            Some(&(t, _)) => Err(AllocError::Quarantined {
+            Some((t, _)) => Err(AllocError::Quarantined {
                 set: self.set.to_string(),
-                quarantined: released.len(),
+                quarantined: count.released,
                 next_free_ms: free_at(t, policy).saturating_sub(now),
             }),
             None => Err(AllocError::Exhausted {
                 set: self.set.to_string(),
             }),
         }
+    }
+}
+
+impl Pool<'_, BTreeMap<IpAddr, Slot>> {
+    fn in_set(&self) -> impl Iterator<Item = (&IpAddr, &Slot)> {
+        self.slots.iter().filter(|(ip, _)| self.set.contains(ip))
     }
 
     /// Addresses an ADD could get right now (STATUS).
@@ -249,7 +341,7 @@ mod tests {
                 },
             }
         }
-        fn pool(&self) -> Pool<'_> {
+        fn pool(&self) -> Pool<'_, BTreeMap<IpAddr, Slot>> {
             Pool {
                 set: &self.set,
                 slots: &self.slots,

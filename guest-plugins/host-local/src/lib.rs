@@ -42,7 +42,19 @@ use cni::plugin::types;
 use exports::cni::plugin::plugin::Guest;
 
 use alloc::Owner;
-use plugin::{Entry, HostError, Level};
+use plugin::{Entry, HostError, Level, Span};
+
+fn entry(e: store::Entry) -> Entry {
+    Entry {
+        key: e.key,
+        owner: Owner {
+            container_id: e.owner.container_id,
+            ifname: e.owner.ifname,
+        },
+        allocated_at: e.allocated_at,
+        released_at: e.released_at,
+    }
+}
 
 /// [`plugin::Host`] over the WIT imports.
 struct WitHost;
@@ -62,16 +74,23 @@ impl plugin::Host for WitHost {
         Ok(store::list()
             .map_err(store_err)?
             .into_iter()
-            .map(|e| Entry {
-                key: e.key,
-                owner: Owner {
-                    container_id: e.owner.container_id,
-                    ifname: e.owner.ifname,
-                },
-                allocated_at: e.allocated_at,
-                released_at: e.released_at,
-            })
+            .map(entry)
             .collect())
+    }
+    fn lookup(&self, keys: &[String]) -> Result<Vec<Option<Entry>>, HostError> {
+        Ok(store::lookup(keys)
+            .map_err(store_err)?
+            .into_iter()
+            .map(|e| e.map(entry))
+            .collect())
+    }
+    fn span(&self, first: &str, last: &str) -> Result<Span, HostError> {
+        let s = store::span(first, last).map_err(store_err)?;
+        Ok(Span {
+            entries: s.entries,
+            released: s.released,
+            oldest_released: s.oldest_released.map(entry),
+        })
     }
     fn reserve(&self, key: &str) -> Result<bool, HostError> {
         store::reserve(key).map_err(store_err)

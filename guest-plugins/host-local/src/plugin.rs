@@ -10,7 +10,7 @@ use std::net::IpAddr;
 
 use wasm_cni_sdk::error::{code, CniError};
 
-use crate::alloc::{AllocError, How, Owner, Pool, Slot};
+use crate::alloc::{AllocError, How, Owner, Pool, Slot, Slots, SpanCount};
 use crate::config::{self, IpamConfig};
 use crate::dns::parse_resolv_conf;
 use crate::ip;
@@ -54,12 +54,24 @@ pub struct Entry {
     pub released_at: Option<u64>,
 }
 
+/// `store.span`'s answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Span {
+    pub entries: u32,
+    pub released: u32,
+    pub oldest_released: Option<Entry>,
+}
+
 /// The imports of the `ipam-plugin` world. The owner of `reserve`,
 /// `release-by-owner` and `get-by-owner` is the calling attachment, set by
 /// the host.
 pub trait Host {
     fn now(&self) -> u64;
     fn list(&self) -> Result<Vec<Entry>, HostError>;
+    /// The entries of `keys`, in order (at most [`MAX_LOOKUP`]).
+    fn lookup(&self, keys: &[String]) -> Result<Vec<Option<Entry>>, HostError>;
+    /// What the scope holds for the addresses `first..=last`.
+    fn span(&self, first: &str, last: &str) -> Result<Span, HostError>;
     fn reserve(&self, key: &str) -> Result<bool, HostError>;
     fn release_by_owner(&self) -> Result<Vec<String>, HostError>;
     fn release(&self, key: &str) -> Result<bool, HostError>;
@@ -102,6 +114,67 @@ fn owner_of(req: &Request) -> Owner {
     }
 }
 
+/// Keys one `store.lookup` takes.
+pub const MAX_LOOKUP: usize = 1024;
+
+/// [`Slots`] asked of the host within the call's transaction: what this
+/// call reserves is in the answers to its next questions.
+struct HostSlots<'a, H: Host>(&'a H);
+
+fn store_failed(e: HostError) -> AllocError {
+    AllocError::Store(e.into_cni("reading allocations"))
+}
+
+impl<H: Host> Slots for HostSlots<'_, H> {
+    fn get(&self, ips: &[IpAddr]) -> Result<Vec<Option<Slot>>, AllocError> {
+        let mut out = Vec::with_capacity(ips.len());
+        for chunk in ips.chunks(MAX_LOOKUP) {
+            let keys: Vec<String> = chunk.iter().map(ToString::to_string).collect();
+            let found = self.0.lookup(&keys).map_err(store_failed)?;
+            if found.len() != keys.len() {
+                return Err(AllocError::Store(CniError::internal(format!(
+                    "the store answered {} of {} lookups",
+                    found.len(),
+                    keys.len()
+                ))));
+            }
+            out.extend(found.into_iter().map(|e| {
+                e.map(|e| Slot {
+                    owner: e.owner,
+                    released_at: e.released_at,
+                })
+            }));
+        }
+        Ok(out)
+    }
+
+    fn span(&self, first: IpAddr, last: IpAddr) -> Result<SpanCount, AllocError> {
+        let s = self
+            .0
+            .span(&first.to_string(), &last.to_string())
+            .map_err(store_failed)?;
+        let oldest = s
+            .oldest_released
+            .and_then(|e| Some((e.released_at?, ip::parse_ip(&e.key).ok()?)));
+        Ok(SpanCount {
+            entries: s.entries as usize,
+            released: s.released as usize,
+            oldest,
+        })
+    }
+
+    /// The host knows the caller: `owner` is always it here.
+    fn held_by(&self, _owner: &Owner) -> Result<Vec<IpAddr>, AllocError> {
+        Ok(self
+            .0
+            .get_by_owner()
+            .map_err(store_failed)?
+            .iter()
+            .filter_map(|k| ip::parse_ip(k).ok())
+            .collect())
+    }
+}
+
 /// The store's entries by address; keys that are not addresses are not ours.
 fn slots(entries: Vec<Entry>) -> BTreeMap<IpAddr, Slot> {
     entries
@@ -138,6 +211,9 @@ fn seconds(ms: u64) -> String {
 }
 
 fn alloc_error(idx: usize, e: AllocError, conf: &IpamConfig) -> CniError {
+    if let AllocError::Store(e) = e {
+        return e;
+    }
     let msg = format!("failed to allocate for range {idx}: {e}");
     match e {
         AllocError::Quarantined {
@@ -151,7 +227,9 @@ fn alloc_error(idx: usize, e: AllocError, conf: &IpamConfig) -> CniError {
             seconds(conf.policy.reuse_wait_ms),
             seconds(next_free_ms)
         )),
-        AllocError::Exhausted { .. } | AllocError::Refused(_) => CniError::internal(msg),
+        AllocError::Exhausted { .. } | AllocError::Refused(_) | AllocError::Store(_) => {
+            CniError::internal(msg)
+        }
     }
 }
 
@@ -171,7 +249,7 @@ pub fn add<H: Host>(host: &H, req: &Request) -> Result<IpamResult, CniError> {
     };
     let now = host.now();
     remember_wait(host, &conf)?;
-    let mut slots = slots(host.list().map_err(|e| e.into_cni("listing allocations"))?);
+    let slots = HostSlots(host);
     let owner = owner_of(req);
     let mut requested = conf.requested.clone();
     let mut ips = Vec::with_capacity(conf.ranges.len());
@@ -190,8 +268,8 @@ pub fn add<H: Host>(host: &H, req: &Request) -> Result<IpamResult, CniError> {
             .choose(&owner, wanted, last, now, &conf.policy)
             .map_err(|e| alloc_error(idx, e, &conf))?;
         let key = ip.to_string();
-        // The whole call is one transaction and `slots` was read inside it:
-        // a refusal here means the store changed under us, a host bug.
+        // The whole call is one transaction and the pool was read inside
+        // it: a refusal here means the store changed under us, a host bug.
         if !host
             .reserve(&key)
             .map_err(|e| e.into_cni("reserving an address"))?
@@ -202,13 +280,6 @@ pub fn add<H: Host>(host: &H, req: &Request) -> Result<IpamResult, CniError> {
         }
         host.set_value(&cursor, Some(&key))
             .map_err(|e| e.into_cni("writing the store"))?;
-        slots.insert(
-            ip,
-            Slot {
-                owner: owner.clone(),
-                released_at: None,
-            },
-        );
         let why = match how {
             How::Requested => "requested".to_string(),
             How::NeverUsed => "never used".to_string(),

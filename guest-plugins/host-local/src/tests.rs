@@ -6,7 +6,9 @@ use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 
 use crate::alloc::Owner;
-use crate::plugin::{self, Entry, Host, HostError, IpamResult, Level, Request};
+use std::net::IpAddr;
+
+use crate::plugin::{self, Entry, Host, HostError, IpamResult, Level, Request, Span};
 use wasm_cni_sdk::CniError;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -31,6 +33,10 @@ struct Fake {
     owner: RefCell<Owner>,
     files: BTreeMap<String, String>,
     logs: RefCell<Vec<String>>,
+    /// `store.list` calls: an ADD makes none.
+    lists: Cell<usize>,
+    /// `lookup` and `span` fail as a broken state directory does.
+    fail_reads: Cell<bool>,
 }
 
 impl Fake {
@@ -42,6 +48,8 @@ impl Fake {
             owner: RefCell::new(owner("x")),
             files: BTreeMap::new(),
             logs: RefCell::default(),
+            lists: Cell::new(0),
+            fail_reads: Cell::new(false),
         }
     }
 
@@ -135,7 +143,61 @@ impl Host for Fake {
         self.now.get()
     }
     fn list(&self) -> Result<Vec<Entry>, HostError> {
+        self.lists.set(self.lists.get() + 1);
         Ok(self.data.borrow().entries.values().cloned().collect())
+    }
+    /// As the host answers (`host_store.rs`): at most 1024 keys.
+    fn lookup(&self, keys: &[String]) -> Result<Vec<Option<Entry>>, HostError> {
+        if self.fail_reads.get() {
+            return Err(HostError::Io(
+                "read /var/lib/cni: input/output error".into(),
+            ));
+        }
+        if keys.len() > plugin::MAX_LOOKUP {
+            return Err(HostError::Refused("too many keys".into()));
+        }
+        let d = self.data.borrow();
+        Ok(keys.iter().map(|k| d.entries.get(k).cloned()).collect())
+    }
+    /// As the host answers: keys read as addresses (IPv4-mapped as IPv4),
+    /// the oldest release with the lowest address among equals.
+    fn span(&self, first: &str, last: &str) -> Result<Span, HostError> {
+        if self.fail_reads.get() {
+            return Err(HostError::Io(
+                "read /var/lib/cni: input/output error".into(),
+            ));
+        }
+        let bound = |s: &str| {
+            crate::ip::parse_ip(s).map_err(|e| HostError::Refused(format!("span bound: {e}")))
+        };
+        let (first, last) = (bound(first)?, bound(last)?);
+        if first.is_ipv4() != last.is_ipv4() || first > last {
+            return Err(HostError::Refused("bad span".into()));
+        }
+        let d = self.data.borrow();
+        let mut span = Span {
+            entries: 0,
+            released: 0,
+            oldest_released: None,
+        };
+        let mut oldest: Option<(u64, IpAddr)> = None;
+        for (k, e) in &d.entries {
+            let Ok(ip) = crate::ip::parse_ip(k) else {
+                continue;
+            };
+            if ip < first || ip > last {
+                continue;
+            }
+            span.entries += 1;
+            if let Some(t) = e.released_at {
+                span.released += 1;
+                if oldest.is_none_or(|o| (t, ip) < o) {
+                    oldest = Some((t, ip));
+                    span.oldest_released = Some(e.clone());
+                }
+            }
+        }
+        Ok(span)
     }
     fn reserve(&self, key: &str) -> Result<bool, HostError> {
         if self.verb.get() != Verb::Add {
@@ -441,4 +503,135 @@ fn ipv6_only() {
     f.del("a", &c);
     // No wait: the longest released comes back first.
     assert_eq!(addrs(&f.add("c", &c).unwrap()), ["2001:db8:5::11/120"]);
+}
+
+/// The pool asked through `store.lookup` and `store.span` chooses what the
+/// whole map of slots chooses, over a long history with quarantine and two
+/// ranges in a set; an ADD lists nothing.
+#[test]
+fn lookups_and_spans_choose_what_the_whole_history_chooses() {
+    use crate::alloc::{Pool, Slot};
+    let f = Fake::new();
+    let c =
+        conf(r#"{"ranges":[[{"subnet":"10.7.0.0/27"},{"subnet":"10.7.1.0/28"}]],"reuseIPWait":3}"#);
+    let parsed = crate::config::load(&c, &[]).unwrap();
+    let set = &parsed.ranges[0];
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut live: Vec<String> = Vec::new();
+    for step in 0..3_000u32 {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        match seed % 4 {
+            0 | 1 => {
+                let (slots, last) = {
+                    let d = f.data.borrow();
+                    let slots: BTreeMap<IpAddr, Slot> = d
+                        .entries
+                        .iter()
+                        .map(|(k, e)| {
+                            let slot = Slot {
+                                owner: e.owner.clone(),
+                                released_at: e.released_at,
+                            };
+                            (k.parse().unwrap(), slot)
+                        })
+                        .collect();
+                    let last = d
+                        .values
+                        .get("last_reserved_ip.0")
+                        .map(|s| s.parse().unwrap());
+                    (slots, last)
+                };
+                let id = format!("c{step}");
+                let want = Pool { set, slots: &slots }
+                    .choose(&owner(&id), None, last, f.now.get(), &parsed.policy)
+                    .map(|(ip, _)| ip.to_string());
+                let got = f
+                    .add(&id, &c)
+                    .map(|r| r.ips[0].address.split('/').next().unwrap().to_string());
+                match (&want, &got) {
+                    (Ok(w), Ok(g)) => {
+                        assert_eq!(w, g, "step {step}");
+                        live.push(id);
+                    }
+                    (Err(w), Err(e)) => {
+                        let code = match w {
+                            crate::alloc::AllocError::Quarantined { .. } => 11,
+                            _ => 999,
+                        };
+                        assert_eq!(e.code, code, "step {step}: {}", e.msg);
+                        assert!(e.msg.ends_with(&w.to_string()), "step {step}: {}", e.msg);
+                    }
+                    _ => panic!("step {step}: whole map {want:?}, lookups {got:?}"),
+                }
+            }
+            2 if !live.is_empty() => {
+                let id = live.swap_remove((seed >> 8) as usize % live.len());
+                f.del(&id, &c);
+            }
+            _ => f.tick(seed % 1_500),
+        }
+    }
+    assert!(f.data.borrow().entries.len() > 30, "the history filled up");
+    assert_eq!(f.lists.get(), 0, "an ADD lists the whole scope");
+}
+
+/// The never-used walk asks in batches, past what one lookup takes.
+#[test]
+fn the_never_used_walk_crosses_more_than_one_lookup() {
+    let f = Fake::new();
+    let c = conf(r#"{"subnet":"10.8.0.0/21"}"#);
+    for i in 0..1_100 {
+        f.add(&format!("c{i}"), &c).unwrap();
+    }
+    // Back to the start: 1 100 used addresses before a never-used one.
+    f.data
+        .borrow_mut()
+        .values
+        .insert("last_reserved_ip.0".into(), "10.8.0.1".into());
+    // 10.8.0.2 + 1 100 = 10.8.4.78.
+    assert_eq!(addrs(&f.add("next", &c).unwrap()), ["10.8.4.78/21"]);
+}
+
+/// A store that cannot answer fails the ADD with its code and allocates
+/// nothing.
+#[test]
+fn a_store_read_failure_allocates_nothing() {
+    let f = Fake::new();
+    let c = conf(r#"{"subnet":"10.1.2.0/24"}"#);
+    f.add("a", &c).unwrap();
+    f.fail_reads.set(true);
+    let e = f.add("b", &c).unwrap_err();
+    assert_eq!(e.code, 5, "{}", e.msg);
+    assert!(e.msg.starts_with("reading allocations: "), "{}", e.msg);
+    f.fail_reads.set(false);
+    assert_eq!(f.live().len(), 1);
+    assert_eq!(addrs(&f.add("b", &c).unwrap()), ["10.1.2.3/24"]);
+}
+
+/// At the history's cap the oldest expired address is reused, as the spans
+/// count it, instead of a never-used one.
+#[test]
+fn a_full_history_reuses_through_spans() {
+    let f = Fake::new();
+    let c = conf(r#"{"subnet":"2001:db8:9::/64","reuseIPWait":1}"#);
+    {
+        let mut d = f.data.borrow_mut();
+        let mut ip: IpAddr = "2001:db8:9::2".parse().unwrap();
+        for i in 0..crate::alloc::HISTORY_CAP as u64 {
+            let key = ip.to_string();
+            // Released in reverse address order: the last is the oldest.
+            let e = Entry {
+                key: key.clone(),
+                owner: owner("old"),
+                allocated_at: 1,
+                released_at: Some(500_000 - i),
+            };
+            d.entries.insert(key, e);
+            ip = crate::ip::next(ip);
+        }
+    }
+    assert_eq!(addrs(&f.add("a", &c).unwrap()), ["2001:db8:9::1001/64"]);
+    assert_eq!(f.lists.get(), 0);
 }
