@@ -160,7 +160,7 @@ fn free_at(released_at: u64, policy: &Policy) -> u64 {
 /// is small since the next address in round-robin order is usually free;
 /// later ones grow up to what one `store.lookup` takes.
 const FIRST_BATCH: usize = 8;
-const MAX_BATCH: usize = 1024;
+const MAX_BATCH: usize = crate::plugin::MAX_LOOKUP;
 
 impl<S: Slots + ?Sized> Pool<'_, S> {
     /// What the whole set holds: its ranges' spans together.

@@ -160,14 +160,17 @@ impl Ctx {
     }
 }
 
+/// What the plugin passed, as a refusal quotes it: cut, since the message
+/// goes back to the plugin and into the log.
+fn shown(text: &str) -> String {
+    text.chars().take(64).collect()
+}
+
 fn check_key(key: &str) -> Result<(), StoreError> {
     if valid_key(key) {
         Ok(())
     } else {
-        // Cut: the plugin chose the key, and the message goes back to it
-        // and into the log.
-        let shown: String = key.chars().take(64).collect();
-        Err(StoreError::Refused(format!("invalid key {shown:?}")))
+        Err(StoreError::Refused(format!("invalid key {:?}", shown(key))))
     }
 }
 
@@ -198,10 +201,7 @@ fn address(s: &str) -> Option<IpAddr> {
 fn span_bounds(first: &str, last: &str) -> Result<(IpAddr, IpAddr), StoreError> {
     let bound = |s: &str| {
         address(s).ok_or_else(|| {
-            StoreError::Refused(format!(
-                "span bound {:?} is not an IP address",
-                s.chars().take(64).collect::<String>()
-            ))
+            StoreError::Refused(format!("span bound {:?} is not an IP address", shown(s)))
         })
     };
     let (a, b) = (bound(first)?, bound(last)?);
