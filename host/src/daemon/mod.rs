@@ -47,7 +47,7 @@ use crate::log::{self, Level};
 use metrics::Metrics;
 pub use metrics::MetricsAddr;
 use wire::{Request, Response, WireError};
-use workers::Workers;
+use workers::{Ready, Workers};
 
 /// Request threads that may wait for the next connection at once, and for
 /// how long (workers.rs): enough for a node's burst of pod starts, few
@@ -372,7 +372,7 @@ fn admit(shared: &Arc<Shared>, stream: UnixStream) {
         Err(why) => return refuse(shared, &stream, "busy", why),
     };
     let s = shared.clone();
-    let spawned = shared.workers.run(move || {
+    let spawned = shared.workers.run(move |ready| {
         let peer = Peer {
             uid,
             gid,
@@ -380,7 +380,7 @@ fn admit(shared: &Arc<Shared>, stream: UnixStream) {
             netns: None,
             dirs: s.opts.peer_dirs.clone(),
         };
-        handle(&s, stream, peer, guard);
+        handle(&s, stream, peer, guard, ready);
     });
     if let Err(e) = spawned {
         log::error(format_args!("daemon: cannot start a request thread: {e}"));
@@ -465,7 +465,7 @@ fn client_gone(stream: &UnixStream) -> bool {
     }
 }
 
-fn handle(shared: &Shared, stream: UnixStream, mut peer: Peer, guard: ConnGuard) {
+fn handle(shared: &Shared, stream: UnixStream, mut peer: Peer, guard: ConnGuard, ready: &Ready) {
     let started = Instant::now();
     let cpu_started = thread_cpu();
     // Nonblocking was the listener's; this thread waits.
@@ -629,6 +629,11 @@ fn handle(shared: &Shared, stream: UnixStream, mut peer: Peer, guard: ConnGuard)
         }
         .write(&mut &stream)
     };
+    if sent.is_ok() {
+        // Answered: the peer may connect again at once, and what is left
+        // here is freeing and a trace handed to its thread.
+        ready.now();
+    }
     if let Some(traces) = &shared.traces {
         let start = ended - took;
         if let Some(t) =

@@ -9,17 +9,27 @@
 //! pages given back, which on a daemon that ran on several CPUs is a TLB
 //! shootdown on each of them (host/bench/results/findings.md).
 //!
+//! A job may say it is as good as done ([`Ready::now`]) once its answer is
+//! out: what is left (freeing its buffers, closing its socket) takes
+//! microseconds, and the peer, already answered, may connect again at once.
+//! Counting the thread as waiting from then on gives that next connection
+//! to it rather than to a new thread, which it would otherwise get whenever
+//! the scheduler happened to pause the finishing thread in that window. A
+//! job says so only after the write that a slow reader could hold up, so a
+//! peer still never holds up another's connection.
+//!
 //! Nothing of a request outlives it on its thread: the daemon never changes
 //! a thread's credentials, `in_netns` always brings the thread back to its
 //! own namespace (or aborts the process), and the log capture is restored
 //! when the call it wraps returns.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::io;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-type Job = Box<dyn FnOnce() + Send + 'static>;
+type Job = Box<dyn FnOnce(&Ready) + Send + 'static>;
 
 pub struct Workers {
     state: Mutex<State>,
@@ -60,7 +70,7 @@ impl Workers {
     }
 
     /// Run `job` on a waiting thread, or on a new one if none waits.
-    pub fn run(self: &Arc<Self>, job: impl FnOnce() + Send + 'static) -> io::Result<()> {
+    pub fn run(self: &Arc<Self>, job: impl FnOnce(&Ready) + Send + 'static) -> io::Result<()> {
         let job: Job = Box::new(job);
         {
             let mut s = self
@@ -81,8 +91,12 @@ impl Workers {
             .name(self.name.into())
             .stack_size(self.stack_size)
             .spawn(move || {
-                job();
-                me.serve_more();
+                let ready = Ready {
+                    workers: &me,
+                    counted: Cell::new(false),
+                };
+                job(&ready);
+                me.serve_more(ready.counted.get());
             })
             .map(|_| ())
     }
@@ -94,19 +108,32 @@ impl Workers {
     }
 
     /// After a job: take the next until none comes within `idle_for`.
-    fn serve_more(&self) {
-        while let Some(job) = self.next_job() {
-            job();
+    /// `counted`: the job already counted this thread as waiting.
+    fn serve_more(&self, mut counted: bool) {
+        while let Some(job) = self.next_job(counted) {
+            let ready = Ready {
+                workers: self,
+                counted: Cell::new(false),
+            };
+            job(&ready);
+            counted = ready.counted.get();
         }
     }
 
-    fn next_job(&self) -> Option<Job> {
+    /// Count this thread as waiting, if no more than `keep_idle` are.
+    fn count_idle(&self, s: &mut State) -> bool {
+        let room = s.idle < self.keep_idle;
+        if room {
+            s.idle += 1;
+        }
+        room
+    }
+
+    fn next_job(&self, counted: bool) -> Option<Job> {
         let mut s = self.state.lock().ok()?;
-        // Counted as waiting only when no more than `keep_idle` are.
-        if s.idle >= self.keep_idle {
+        if !counted && !self.count_idle(&mut s) {
             return None;
         }
-        s.idle += 1;
         let deadline = Instant::now() + self.idle_for;
         loop {
             // Any waiting thread may take any queued job: the count stays
@@ -124,6 +151,26 @@ impl Workers {
     }
 }
 
+/// Given to a job: lets it count its thread as waiting before it returns.
+pub struct Ready<'a> {
+    workers: &'a Workers,
+    counted: Cell<bool>,
+}
+
+impl Ready<'_> {
+    /// The job is as good as done: what is left of it is bounded local work
+    /// (never a peer's read or write, never a chain), so the next
+    /// connection may be queued for this thread now.
+    pub fn now(&self) {
+        if self.counted.get() {
+            return;
+        }
+        if let Ok(mut s) = self.workers.state.lock() {
+            self.counted.set(self.workers.count_idle(&mut s));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,7 +178,7 @@ mod tests {
 
     fn thread_id_of(w: &Arc<Workers>) -> std::thread::ThreadId {
         let (tx, rx) = mpsc::channel();
-        w.run(move || {
+        w.run(move |_| {
             let _ = tx.send(std::thread::current().id());
         })
         .unwrap();
@@ -163,6 +210,57 @@ mod tests {
     }
 
     #[test]
+    fn a_job_done_but_for_its_cleanup_takes_the_next_connection() {
+        // The first job says it is ready, then stays on its thread until
+        // the next connection was handed out: that one waits for it rather
+        // than starting a thread.
+        let w = Workers::new("t", 1 << 20, 4, Duration::from_secs(30));
+        let (said_tx, said_rx) = mpsc::channel::<std::thread::ThreadId>();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        w.run(move |ready| {
+            ready.now();
+            // Twice counts once.
+            ready.now();
+            said_tx.send(std::thread::current().id()).unwrap();
+            go_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        })
+        .unwrap();
+        let first = said_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        let (tx, rx) = mpsc::channel();
+        w.run(move |_| tx.send(std::thread::current().id()).unwrap())
+            .unwrap();
+        assert_eq!(w.started(), 1, "a thread was started for a queued job");
+        // Not run until the first job has returned.
+        assert!(rx.recv_timeout(Duration::from_millis(50)).is_err());
+        go_tx.send(()).unwrap();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), first);
+        // Back to one waiting thread: the early count was not taken twice.
+        until_idle(&w, 1);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(w.state.lock().unwrap().idle, 1);
+    }
+
+    #[test]
+    fn ready_beyond_the_bound_keeps_no_thread() {
+        // With no room to wait, saying ready changes nothing: the next job
+        // gets a thread of its own, and the finished one exits.
+        let w = Workers::new("t", 1 << 20, 0, Duration::from_secs(30));
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let (said_tx, said_rx) = mpsc::channel::<()>();
+        w.run(move |ready| {
+            ready.now();
+            said_tx.send(()).unwrap();
+            let _ = go_rx.recv_timeout(Duration::from_secs(5));
+        })
+        .unwrap();
+        said_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        thread_id_of(&w);
+        assert_eq!(w.started(), 2);
+        go_tx.send(()).unwrap();
+        assert_eq!(w.state.lock().unwrap().idle, 0);
+    }
+
+    #[test]
     fn connections_at_once_each_get_a_thread() {
         // A slow peer must not hold up another: two jobs that each wait for
         // the other can only finish on two threads.
@@ -171,13 +269,13 @@ mod tests {
         let (b_tx, b_rx) = mpsc::channel::<()>();
         let (done_tx, done_rx) = mpsc::channel();
         let d = done_tx.clone();
-        w.run(move || {
+        w.run(move |_| {
             a_tx.send(()).unwrap();
             b_rx.recv_timeout(Duration::from_secs(5)).unwrap();
             d.send(()).unwrap();
         })
         .unwrap();
-        w.run(move || {
+        w.run(move |_| {
             a_rx.recv_timeout(Duration::from_secs(5)).unwrap();
             b_tx.send(()).unwrap();
             done_tx.send(()).unwrap();
@@ -197,7 +295,7 @@ mod tests {
         let go_rx = Arc::new(Mutex::new(go_rx));
         for _ in 0..3 {
             let (tx, go) = (tx.clone(), go_rx.clone());
-            w.run(move || {
+            w.run(move |_| {
                 let _ = go.lock().unwrap().recv_timeout(Duration::from_secs(5));
                 tx.send(()).unwrap();
             })
