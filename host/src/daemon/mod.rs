@@ -440,6 +440,31 @@ fn answer(stream: &UnixStream, e: CniError, cni_version: Option<&str>) {
     .write(&mut &*stream);
 }
 
+/// Write an answer, counting this thread as waiting for the next
+/// connection as it goes: once the peer reads it, it may call again at
+/// once, and what is left here is freeing and a trace handed to its thread.
+/// That holds only while the write cannot wait for the reader, so it is
+/// tried without waiting first; a reader too slow to take it all (or a
+/// failure) takes the count back before anything waits on it.
+fn send_answer(stream: &UnixStream, bytes: &[u8], ready: &Ready) -> io::Result<()> {
+    use rustix::net::{send, SendFlags};
+    ready.now();
+    let sent = match send(stream, bytes, SendFlags::DONTWAIT | SendFlags::NOSIGNAL) {
+        Ok(n) => n,
+        Err(rustix::io::Errno::AGAIN) => 0,
+        Err(e) => {
+            ready.revoke();
+            return Err(e.into());
+        }
+    };
+    if sent == bytes.len() {
+        return Ok(());
+    }
+    ready.revoke();
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(10)));
+    io::Write::write_all(&mut &*stream, &bytes[sent..])
+}
+
 /// CPU time (user + system) this thread has used.
 fn thread_cpu() -> Duration {
     // SAFETY: rusage is plain data; getrusage fills it.
@@ -621,19 +646,14 @@ fn handle(shared: &Shared, stream: UnixStream, mut peer: Peer, guard: ConnGuard,
             "the client went away",
         ))
     } else {
-        let _ = stream.set_write_timeout(Some(Duration::from_secs(10)));
-        Response {
+        let bytes = Response {
             exit_code: out.exit_code,
             stdout: out.stdout,
             stderr: logged,
         }
-        .write(&mut &stream)
+        .encode();
+        send_answer(&stream, &bytes, ready)
     };
-    if sent.is_ok() {
-        // Answered: the peer may connect again at once, and what is left
-        // here is freeing and a trace handed to its thread.
-        ready.now();
-    }
     if let Some(traces) = &shared.traces {
         let start = ended - took;
         if let Some(t) =
@@ -643,6 +663,7 @@ fn handle(shared: &Shared, stream: UnixStream, mut peer: Peer, guard: ConnGuard,
         }
     }
     if let Err(e) = sent {
+        ready.revoke();
         // Its runtime took the ADD as failed: undo it now (still in this
         // attachment's turn), so that nothing stays that nobody asked for.
         let undo = verb == "ADD" && out.exit_code == 0;
@@ -1180,6 +1201,45 @@ fn spawn_signal_thread(set: libc::sigset_t, wake: OwnedFd) -> Result<(), String>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reader_too_slow_for_its_answer_holds_up_no_other_connection() {
+        // What a peer controls: how fast it reads its answer. What it must
+        // not gain: holding the next peer's connection behind its own.
+        let w = Workers::new("t", 1 << 20, 4, Duration::from_secs(30));
+        let (mine, theirs) = UnixStream::pair().unwrap();
+        let (small, small_peer) = UnixStream::pair().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel::<&str>();
+        let tx2 = tx.clone();
+        w.run(move |ready| {
+            // A small answer goes in one write, and the thread counts as
+            // waiting.
+            send_answer(&small, b"answer", ready).unwrap();
+            // Far over any socket buffer, and nobody reads it yet.
+            let big = vec![7u8; 8 << 20];
+            tx2.send("writing").unwrap();
+            let sent = send_answer(&mine, &big, ready);
+            tx2.send(if sent.is_ok() { "written" } else { "failed" })
+                .unwrap();
+        })
+        .unwrap();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), "writing");
+        let mut got = [0u8; 6];
+        io::Read::read_exact(&mut &small_peer, &mut got).unwrap();
+        assert_eq!(&got, b"answer");
+        std::thread::sleep(Duration::from_millis(100));
+        w.run(move |_| tx.send("next").unwrap()).unwrap();
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(3)).unwrap(),
+            "next",
+            "the next connection waited behind a slow reader"
+        );
+        // The slow reader still gets all of its answer.
+        let mut all = Vec::new();
+        io::Read::read_to_end(&mut (&theirs).take(8 << 20), &mut all).unwrap();
+        assert_eq!(all.len(), 8 << 20);
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), "written");
+    }
 
     #[test]
     fn turns_for_one_attachment_are_taken_in_arrival_order() {

@@ -9,14 +9,16 @@
 //! pages given back, which on a daemon that ran on several CPUs is a TLB
 //! shootdown on each of them (host/bench/results/findings.md).
 //!
-//! A job may say it is as good as done ([`Ready::now`]) once its answer is
-//! out: what is left (freeing its buffers, closing its socket) takes
-//! microseconds, and the peer, already answered, may connect again at once.
-//! Counting the thread as waiting from then on gives that next connection
-//! to it rather than to a new thread, which it would otherwise get whenever
-//! the scheduler happened to pause the finishing thread in that window. A
-//! job says so only after the write that a slow reader could hold up, so a
-//! peer still never holds up another's connection.
+//! A job may say it is as good as done ([`Ready::now`]) as its answer goes
+//! out: the peer, once answered, may connect again at once, and counting
+//! the thread as waiting from then on gives that next connection to it
+//! rather than to a new thread. Counted only after the write, a new thread
+//! was started whenever the write's wakeup of the peer preempted the writer
+//! before it counted itself, and stayed. A job that finds it has more to
+//! wait for after all (a reader too slow to take the whole answer at once,
+//! an undo) takes the count back ([`Ready::revoke`]): if a connection was
+//! already queued for it, a new thread takes that one, so a peer still
+//! never holds up another's connection.
 //!
 //! Nothing of a request outlives it on its thread: the daemon never changes
 //! a thread's credentials, `in_netns` always brings the thread back to its
@@ -96,7 +98,8 @@ impl Workers {
                     counted: Cell::new(false),
                 };
                 job(&ready);
-                me.serve_more(ready.counted.get());
+                let counted = ready.counted.get();
+                me.serve_more(counted);
             })
             .map(|_| ())
     }
@@ -109,7 +112,7 @@ impl Workers {
 
     /// After a job: take the next until none comes within `idle_for`.
     /// `counted`: the job already counted this thread as waiting.
-    fn serve_more(&self, mut counted: bool) {
+    fn serve_more(self: &Arc<Self>, mut counted: bool) {
         while let Some(job) = self.next_job(counted) {
             let ready = Ready {
                 workers: self,
@@ -153,7 +156,7 @@ impl Workers {
 
 /// Given to a job: lets it count its thread as waiting before it returns.
 pub struct Ready<'a> {
-    workers: &'a Workers,
+    workers: &'a Arc<Workers>,
     counted: Cell<bool>,
 }
 
@@ -167,6 +170,34 @@ impl Ready<'_> {
         }
         if let Ok(mut s) = self.workers.state.lock() {
             self.counted.set(self.workers.count_idle(&mut s));
+        }
+    }
+
+    /// Take back [`Ready::now`]: the job has more to wait for. A waiting
+    /// place not yet given to a queued connection is simply dropped; if it
+    /// was given, a new thread takes this one's place and that connection.
+    pub fn revoke(&self) {
+        if !self.counted.replace(false) {
+            return;
+        }
+        let Ok(mut s) = self.workers.state.lock() else {
+            return;
+        };
+        if s.idle > 0 {
+            s.idle -= 1;
+            return;
+        }
+        s.started += 1;
+        drop(s);
+        let me = self.workers.clone();
+        let spawned = std::thread::Builder::new()
+            .name(self.workers.name.into())
+            .stack_size(self.workers.stack_size)
+            .spawn(move || me.serve_more(true));
+        if spawned.is_err() {
+            // No thread to give the queued connection to: it waits for
+            // this one, as it would for a thread at the bound.
+            self.counted.set(true);
         }
     }
 }
@@ -238,6 +269,64 @@ mod tests {
         until_idle(&w, 1);
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(w.state.lock().unwrap().idle, 1);
+    }
+
+    #[test]
+    fn a_revoked_ready_hands_its_queued_connection_to_a_new_thread() {
+        // The first job says it is ready, a connection is queued for it,
+        // then the job finds it must wait (a slow reader): the queued one
+        // must run meanwhile, on a thread of its own.
+        let w = Workers::new("t", 1 << 20, 4, Duration::from_secs(30));
+        let (queued_tx, queued_rx) = mpsc::channel::<()>();
+        let (said_tx, said_rx) = mpsc::channel::<()>();
+        let (done_tx, done_rx) = mpsc::channel::<&str>();
+        let first_done = done_tx.clone();
+        w.run(move |ready| {
+            ready.now();
+            said_tx.send(()).unwrap();
+            queued_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+            ready.revoke();
+            // Held here while the queued job runs elsewhere.
+            std::thread::sleep(Duration::from_millis(200));
+            let _ = first_done.send("first");
+        })
+        .unwrap();
+        said_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        w.run(move |_| done_tx.send("queued").unwrap()).unwrap();
+        assert_eq!(w.started(), 1);
+        queued_tx.send(()).unwrap();
+        assert_eq!(
+            done_rx.recv_timeout(Duration::from_secs(5)).unwrap(),
+            "queued",
+            "the queued connection waited for the revoked thread"
+        );
+        assert_eq!(w.started(), 2);
+        assert_eq!(
+            done_rx.recv_timeout(Duration::from_secs(5)).unwrap(),
+            "first"
+        );
+        // Both end up waiting: neither count was lost or taken twice.
+        until_idle(&w, 2);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(w.state.lock().unwrap().idle, 2);
+    }
+
+    #[test]
+    fn a_revoked_ready_with_nothing_queued_starts_nothing() {
+        let w = Workers::new("t", 1 << 20, 4, Duration::from_secs(30));
+        let (tx, rx) = mpsc::channel::<()>();
+        w.run(move |ready| {
+            ready.now();
+            ready.revoke();
+            ready.revoke();
+            tx.send(()).unwrap();
+        })
+        .unwrap();
+        rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        until_idle(&w, 1);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(w.state.lock().unwrap().idle, 1);
+        assert_eq!(w.started(), 1);
     }
 
     #[test]
