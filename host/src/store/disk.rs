@@ -565,7 +565,7 @@ mod tests {
                 ifname: "eth0".into(),
             },
             allocated_at: u64::from(i),
-            released_at: (i % 2 == 0).then_some(u64::from(i) + 1),
+            released_at: i.is_multiple_of(2).then_some(u64::from(i) + 1),
             node: None,
         };
         let mut d = ScopeData::default();
