@@ -176,13 +176,12 @@ impl Txn for DiskTxn {
         let DiskTxn {
             _lock,
             path,
-            mut data,
+            data,
             built,
             cache,
         } = *self;
         if let (Some(cache), Ok(meta)) = (cache, fs::metadata(&path)) {
             if let Some(stamp) = Stamp::of(&bytes, &meta) {
-                let built = compact(&mut data, built);
                 cache.put(path, stamp, data, built);
             }
         }
@@ -232,8 +231,12 @@ fn read_scope(path: &Path, cache: Option<&ScopeCache>) -> StoreResult<(ScopeData
         // The head alone first: a hit reads no more of the file.
         let head = (HEAD.len() + GEN_HEX + 1) as u64;
         (&mut file).take(head).read_to_end(&mut bytes)?;
-        if let Some(kept) = cache.take(path, Stamp::of(&bytes, &meta).as_ref()) {
-            return Ok(kept);
+        if let Some((mut data, built)) = cache.take(path, Stamp::of(&bytes, &meta).as_ref()) {
+            // Rebuilt when read back, not when kept: a per-invocation
+            // process keeps what it commits too, but reads it back only if
+            // one call opens the same scope twice.
+            let built = compact(&mut data, built);
+            return Ok((data, built));
         }
     }
     bytes.reserve(usize::try_from(meta.len()).unwrap_or(0));
@@ -555,6 +558,44 @@ mod tests {
             other => panic!("a corrupt scope is not an I/O error: {other:?}"),
         }
         fs::remove_dir_all(&r).unwrap();
+    }
+
+    #[test]
+    fn a_kept_scope_is_rebuilt_when_read_back_and_a_parsed_one_is_not() {
+        let r = root("rebuilt");
+        let cache = Arc::new(ScopeCache::default());
+        let daemon = DiskStore::new(&r).with_cache(cache.clone());
+        let s = scope("p");
+        let mut t = daemon.begin(&s).unwrap();
+        for i in 0..100u32 {
+            t.data().entries.insert(
+                format!("10.0.0.{i}"),
+                Entry {
+                    owner: Owner {
+                        container_id: format!("c{i}"),
+                        ifname: "eth0".into(),
+                    },
+                    allocated_at: 1,
+                    released_at: None,
+                    node: None,
+                },
+            );
+        }
+        t.commit().unwrap();
+        let (path, _) = daemon.files(&s);
+        // Kept as committed, not rebuilt: a per-invocation process keeps
+        // what it commits too, and would pay for a rebuild it never uses.
+        assert_eq!(
+            cache.scopes.lock().unwrap().get(&path).map(|c| c.built),
+            Some(0)
+        );
+        // Rebuilt as the next call takes it back.
+        let (data, built) = read_scope(&path, Some(&cache)).unwrap();
+        assert_eq!((data.entries.len(), built), (100, 100));
+        // Read from the file (a per-invocation process): never rebuilt.
+        let (data, built) = read_scope(&path, None).unwrap();
+        assert_eq!((data.entries.len(), built), (100, 0));
+        let _ = fs::remove_dir_all(&r);
     }
 
     #[test]
