@@ -445,7 +445,8 @@ fn answer(stream: &UnixStream, e: CniError, cni_version: Option<&str>) {
 /// once, and what is left here is freeing and a trace handed to its thread.
 /// That holds only while the write cannot wait for the reader, so it is
 /// tried without waiting first; a reader too slow to take it all (or a
-/// failure) takes the count back before anything waits on it.
+/// failure) takes the count back before anything waits on it, so on an
+/// error the thread is never left counted (an undo may follow).
 fn send_answer(stream: &UnixStream, bytes: &[u8], ready: &Ready) -> io::Result<()> {
     use rustix::net::{send, SendFlags};
     ready.now();
@@ -663,7 +664,6 @@ fn handle(shared: &Shared, stream: UnixStream, mut peer: Peer, guard: ConnGuard,
         }
     }
     if let Err(e) = sent {
-        ready.revoke();
         // Its runtime took the ADD as failed: undo it now (still in this
         // attachment's turn), so that nothing stays that nobody asked for.
         let undo = verb == "ADD" && out.exit_code == 0;

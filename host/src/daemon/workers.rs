@@ -88,20 +88,32 @@ impl Workers {
             }
             s.started += 1;
         }
+        self.spawn(Some(job))
+    }
+
+    /// Start a thread that runs `first`, then serves the queue. Without a
+    /// first job it starts out counted as waiting: it takes the place of a
+    /// thread that took its count back ([`Ready::revoke`]).
+    fn spawn(self: &Arc<Self>, first: Option<Job>) -> io::Result<()> {
         let me = self.clone();
         std::thread::Builder::new()
             .name(self.name.into())
             .stack_size(self.stack_size)
             .spawn(move || {
-                let ready = Ready {
-                    workers: &me,
-                    counted: Cell::new(false),
-                };
-                job(&ready);
-                let counted = ready.counted.get();
+                let counted = first.is_none_or(|job| me.run_job(job));
                 me.serve_more(counted);
             })
             .map(|_| ())
+    }
+
+    /// Run one job; whether it counted its thread as waiting.
+    fn run_job(self: &Arc<Self>, job: Job) -> bool {
+        let ready = Ready {
+            workers: self,
+            counted: Cell::new(false),
+        };
+        job(&ready);
+        ready.counted.get()
     }
 
     /// Threads started so far.
@@ -114,12 +126,7 @@ impl Workers {
     /// `counted`: the job already counted this thread as waiting.
     fn serve_more(self: &Arc<Self>, mut counted: bool) {
         while let Some(job) = self.next_job(counted) {
-            let ready = Ready {
-                workers: self,
-                counted: Cell::new(false),
-            };
-            job(&ready);
-            counted = ready.counted.get();
+            counted = self.run_job(job);
         }
     }
 
@@ -162,8 +169,9 @@ pub struct Ready<'a> {
 
 impl Ready<'_> {
     /// The job is as good as done: what is left of it is bounded local work
-    /// (never a peer's read or write, never a chain), so the next
-    /// connection may be queued for this thread now.
+    /// (never a chain, never a wait on a peer, unless taken back first with
+    /// [`Ready::revoke`]), so the next connection may be queued for this
+    /// thread now.
     pub fn now(&self) {
         if self.counted.get() {
             return;
@@ -189,12 +197,7 @@ impl Ready<'_> {
         }
         s.started += 1;
         drop(s);
-        let me = self.workers.clone();
-        let spawned = std::thread::Builder::new()
-            .name(self.workers.name.into())
-            .stack_size(self.workers.stack_size)
-            .spawn(move || me.serve_more(true));
-        if spawned.is_err() {
+        if self.workers.spawn(None).is_err() {
             // No thread to give the queued connection to: it waits for
             // this one, as it would for a thread at the bound.
             self.counted.set(true);
