@@ -814,7 +814,10 @@ pub fn process_main() -> ! {
             std::process::exit(1);
         }
         // Through the daemon when the config asks for one, else in-process.
-        let out = crate::daemon::client::run(vars, stdin);
+        // The in-process host is never dropped: `exit` leaves it to the
+        // kernel (`run_keeping`).
+        let mut spent = None;
+        let out = crate::daemon::client::run_keeping(vars, stdin, &mut spent);
         let _ = std::io::Write::write_all(&mut std::io::stderr(), out.stderr.as_bytes());
         print!("{}", out.stdout);
         std::process::exit(out.exit_code);

@@ -251,11 +251,6 @@ fn network_name(input: &[u8]) -> String {
         .unwrap_or_default()
 }
 
-/// Run one CNI invocation in a process of its own.
-pub fn run(vars: Vec<(String, String)>, stdin: &mut dyn Read) -> Outcome {
-    run_on(&Host::new(), vars, stdin)
-}
-
 /// Who asked a daemon: the socket peer's credentials, and the container's
 /// network namespace as the peer opened it.
 #[derive(Debug, Default)]
