@@ -84,8 +84,8 @@ struct Args {
     /// Only these items (1 cycle, 2 chain, 3 floor, 4 components, 5 ipam,
     /// 6 netavark, 7 filtered chain, 8 IPAM on etcd, 9 the daemon over
     /// many cycles, 10 pods at once through containerd's CRI, 11 what
-    /// tracing costs a call, 12 what a plugin's language costs); 3 runs
-    /// with 1.
+    /// tracing costs a call, 12 what a plugin's language costs, 13
+    /// host-local's history at its cap); 3 runs with 1.
     #[arg(long, value_delimiter = ',')]
     only: Vec<u8>,
     /// podman's network backend, the peer of item 6.
@@ -454,6 +454,25 @@ fn run(args: &Args) -> io::Result<()> {
         report.tracing = Some(tracing::measure(&progs, &work, args.trace_rounds.max(1))?);
     }
 
+    if want(args, 13) {
+        eprintln!(
+            "bench: 13 host-local's history at its cap, {} rounds",
+            args.rounds
+        );
+        bury();
+        let mut runs: [Vec<Run>; 2] = Default::default();
+        for round in 0..args.rounds {
+            if round % bury_every == 0 {
+                bury();
+            }
+            for full in rotation(&[false, true], round) {
+                runs[usize::from(full)].push(scenarios::history_once(&progs, &work, full)?);
+                std::thread::sleep(settle);
+            }
+        }
+        report.history = Some(runs);
+    }
+
     drop(daemon);
     bury();
     if want(args, 9) {
@@ -588,6 +607,9 @@ struct Report {
     tracing: Option<[Vec<f64>; 4]>,
     /// Item 12: what a plugin's language costs.
     languages: Option<Languages>,
+    /// Item 13: per invocation, host-local's scope empty and at its
+    /// history's cap.
+    history: Option<[Vec<Run>; 2]>,
 }
 
 /// Item 12's figures.
@@ -649,7 +671,7 @@ fn measure_languages(
             if let Some((_, name)) = variant.checked_sub(1).map(|i| languages::LANGS[i]) {
                 chain.push(languages::entry(name));
             }
-            chain
+            Ok(chain)
         })
     };
     // Unmeasured: compiles each example into the run's cache.
@@ -1553,6 +1575,48 @@ impl Report {
                     num(rss.median)
                 );
             }
+        }
+        if let Some([empty, full]) = &self.history {
+            let _ = writeln!(
+                body,
+                "\n## 13. host-local's history at its cap, per invocation\n\n\
+                 bridge + host-local on a /16, one `wasm-cni` process per verb, {} alternated \
+                 rounds in fresh namespaces and state: host-local's scope empty, or seeded with \
+                 its history's cap ({} addresses, each released an hour ago by a container of \
+                 its own), where an ADD reuses the address released longest ago and the DEL \
+                 releases it again. What a podman host's default network holds after some \
+                 thousands of containers; a Kubernetes node's /24 never gets there. Median \
+                 (p25–p75); at cap ÷ empty is the median of per-round ratios.\n\n\
+                 | metric | empty | at cap | at cap ÷ empty |\n|---|---|---|---|",
+                empty.len(),
+                scenarios::HISTORY_CAP,
+            );
+            type Metric = (&'static str, fn(&Run) -> f64);
+            let metrics: [Metric; 3] = [
+                ("ADD wall, ms", Run::add_wall_ms),
+                ("DEL wall, ms", Run::del_wall_ms),
+                ("CPU per invocation, ms", Run::cpu_per_invocation_ms),
+            ];
+            for (what, f) in metrics {
+                let (e, c) = (column(empty, f), column(full, f));
+                let _ = writeln!(
+                    body,
+                    "| {what} | {} | {} | {} |",
+                    cell(&summarize(&e)),
+                    cell(&summarize(&c)),
+                    ratio_cell(&paired_ratio(&e, &c))
+                );
+            }
+            let add = paired_ratio(
+                &column(empty, Run::add_wall_ms),
+                &column(full, Run::add_wall_ms),
+            );
+            heads.push(Headline {
+                what: "per-invocation ADD wall, host-local's history at its cap ÷ empty".into(),
+                value: format!("{}×", num(add.median)),
+                target: "(no target)".into(),
+                met: true,
+            });
         }
         if let Some(bursts) = &self.pods {
             let _ = writeln!(

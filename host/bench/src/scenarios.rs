@@ -266,12 +266,56 @@ pub fn run_once(
     daemon: Option<&DaemonSide>,
 ) -> io::Result<Run> {
     run_entries(progs, work, side, daemon, |state| {
-        if chain {
+        Ok(if chain {
             chain_entries(state)
         } else {
             vec![bridge_entry(state)]
-        }
+        })
     })
+}
+
+/// Released entries item 13 seeds host-local's scope with: its history's
+/// cap (`HISTORY_CAP` in guest-plugins/host-local), past which an ADD
+/// reuses the address released longest ago rather than a never-used one.
+pub const HISTORY_CAP: usize = 4096;
+
+/// Item 13: one per-invocation run of bridge + host-local on a /16, its
+/// host-local scope empty or, if `full`, holding a full history: a podman
+/// host's default network after some thousands of containers.
+pub fn history_once(progs: &Programs, work: &WorkDir, full: bool) -> io::Result<Run> {
+    run_entries(progs, work, Side::WasmCni, None, |state| {
+        if full {
+            seed_history(&state.join("ipam").join(NETWORK))?;
+        }
+        Ok(vec![bridge_entry(state)])
+    })
+}
+
+/// Write host-local's scope file with [`HISTORY_CAP`] addresses, each held
+/// by a container of its own and released an hour ago (past any
+/// `reuseIPWait`), oldest first; written as wasm-cni writes it.
+fn seed_history(dir: &Path) -> io::Result<()> {
+    let released = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(io::Error::other)?
+        .as_millis() as u64;
+    let released = released.saturating_sub(3_600_000);
+    let mut entries = serde_json::Map::new();
+    for i in 0..HISTORY_CAP as u64 {
+        // From 10.88.1.1: clear of the gateway, 250 to a /24.
+        let ip = format!("10.88.{}.{}", 1 + i / 250, 1 + i % 250);
+        entries.insert(
+            ip,
+            json!({
+                "owner": {"containerId": format!("{i:064x}"), "ifname": IFNAME},
+                "allocatedAt": released - 60_000,
+                "releasedAt": released + i,
+            }),
+        );
+    }
+    std::fs::create_dir_all(dir)?;
+    let file = json!({"entries": entries, "values": {}});
+    std::fs::write(dir.join("host-local.json"), file.to_string())
 }
 
 /// Item 7: step `step` of [`FILTERED_STEPS`].
@@ -283,7 +327,7 @@ pub fn filtered_once(
     daemon: Option<&DaemonSide>,
 ) -> io::Result<Run> {
     run_entries(progs, work, side, daemon, |state| {
-        filtered_entries(state, step)
+        Ok(filtered_entries(state, step))
     })
 }
 
@@ -293,11 +337,17 @@ pub fn run_entries(
     work: &WorkDir,
     side: Side,
     daemon: Option<&DaemonSide>,
-    make: impl FnOnce(&Path) -> Vec<Value>,
+    make: impl FnOnce(&Path) -> io::Result<Vec<Value>>,
 ) -> io::Result<Run> {
     crate::proc::check_interrupted()?;
     let state = work.run_dir(side.tag())?;
-    let mut entries = make(&state);
+    let mut entries = match make(&state) {
+        Ok(entries) => entries,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&state);
+            return Err(e);
+        }
+    };
     let bridge = match side {
         Side::Daemon => Some(own_bridge(&mut entries)),
         _ => None,
