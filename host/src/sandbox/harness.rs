@@ -528,7 +528,7 @@ pub struct ImportHarness {
     ctx: Ctx,
     net: Arc<Mutex<Box<dyn Net>>>,
     filter: Arc<Mutex<Box<dyn Filter>>>,
-    store: Arc<MemoryStore>,
+    store: Arc<dyn StateStore>,
     ledger: Arc<Mutex<Ledger>>,
     node: NsId,
     container: NsId,
@@ -623,9 +623,18 @@ fn setup_net() -> Result<(MemoryNet, NsId, NsId), String> {
 impl ImportHarness {
     /// A call for `command` with `host_call_budget` imports.
     pub fn new(command: Command, host_call_budget: u64) -> Result<Self, String> {
+        Self::on_store(command, host_call_budget, Arc::new(MemoryStore::default()))
+    }
+
+    /// [`ImportHarness::new`] on `store`: its scopes are seeded only where
+    /// they are empty, so that a second call sees what the first left.
+    pub fn on_store(
+        command: Command,
+        host_call_budget: u64,
+        store: Arc<dyn StateStore>,
+    ) -> Result<Self, String> {
         let (memory_net, node, container) = setup_net()?;
         let net: Arc<Mutex<Box<dyn Net>>> = Arc::new(Mutex::new(Box::new(memory_net)));
-        let store = Arc::new(MemoryStore::default());
         let mut scopes_before = Vec::new();
         for (s, prefix) in [
             (scope(NETWORK, PLUGIN), "10.1.0"),
@@ -633,9 +642,12 @@ impl ImportHarness {
             (scope(NETWORK, "host-local"), "10.3.0"),
         ] {
             let mut t = store.begin(&s).map_err(|e| e.to_string())?;
-            *t.data() = seeded(prefix);
+            if *t.data() == ScopeData::default() {
+                *t.data() = seeded(prefix);
+            }
+            let before = t.data().clone();
             t.commit().map_err(|e| e.to_string())?;
-            scopes_before.push((s, seeded(prefix)));
+            scopes_before.push((s, before));
         }
         let attachment = matches!(command, Command::Add | Command::Del | Command::Check);
         let owner = if attachment {
@@ -1509,6 +1521,47 @@ mod tests {
         let out = h.call(Import::SetValue("k0".into(), None)).unwrap();
         assert_eq!(out, "Ok(())");
         let out = h.call(Import::SetValue("k0".into(), Some(big))).unwrap();
+        assert_eq!(out, "Ok(())");
+        h.finish(true).unwrap();
+    }
+
+    /// The bound holds across calls on disk, where a call starts counting
+    /// from the file's length: a plugin that spreads its writes over many
+    /// calls gains nothing.
+    #[test]
+    fn a_scope_on_disk_keeps_its_bound_across_calls() {
+        struct Gone(PathBuf);
+        impl Drop for Gone {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+        let dir = Gone(std::env::temp_dir().join(format!("wasm-cni-bound-{}", std::process::id())));
+        let store: Arc<dyn StateStore> = Arc::new(crate::store::DiskStore::new(&dir.0));
+        let big = "v".repeat(64 << 10);
+        let mut h = ImportHarness::on_store(Command::Add, 10_000, store.clone()).unwrap();
+        let mut filled = 0;
+        loop {
+            let out = h
+                .call(Import::SetValue(format!("k{filled}"), Some(big.clone())))
+                .unwrap();
+            if out.contains("Refused") {
+                break;
+            }
+            filled += 1;
+            assert!(filled < 1_000, "never refused");
+        }
+        h.finish(true).unwrap();
+        // The next call, from the file: refused at once, then room again
+        // once it frees some.
+        let mut h = ImportHarness::on_store(Command::Add, 10_000, store).unwrap();
+        let out = h
+            .call(Import::SetValue("next".into(), Some(big.clone())))
+            .unwrap();
+        assert!(out.contains("more than"), "{out}");
+        let out = h.call(Import::SetValue("k0".into(), None)).unwrap();
+        assert_eq!(out, "Ok(())");
+        let out = h.call(Import::SetValue("next".into(), Some(big))).unwrap();
         assert_eq!(out, "Ok(())");
         h.finish(true).unwrap();
     }

@@ -115,6 +115,12 @@ fn lock_failed(scope: &Scope, e: io::Error) -> StoreError {
 pub trait Txn: Send {
     fn data(&mut self) -> &mut ScopeData;
     fn commit(self: Box<Self>) -> StoreResult<()>;
+    /// The scope's size as stored, in bytes, if the backend knows it
+    /// without a pass over the data (a file's length): where the quota on
+    /// what a scope may hold starts counting. None: count the data.
+    fn stored_bytes(&self) -> Option<u64> {
+        None
+    }
     /// Whether the data shows less of the pool than there is (a cluster
     /// store's [`View::Own`] hid other nodes' blocks).
     fn narrowed(&self) -> bool {
