@@ -308,7 +308,7 @@ fn seed_history(dir: &Path) -> io::Result<()> {
             ip,
             json!({
                 "owner": {"containerId": format!("{i:064x}"), "ifname": IFNAME},
-                "allocatedAt": released - 60_000,
+                "allocatedAt": released.saturating_sub(60_000),
                 "releasedAt": released + i,
             }),
         );
