@@ -226,9 +226,11 @@ impl Net for KernelNet {
     }
 
     fn links(&mut self, ns: NsId) -> Result<Vec<LinkInfo>, NetError> {
+        let mut req = LinkMessage::default();
+        req.attributes.push(without_stats());
         let all = self
             .sock(ns)?
-            .dump(RouteNetlinkMessage::GetLink(LinkMessage::default()))
+            .dump(RouteNetlinkMessage::GetLink(req))
             .map_err(kerr("list links"))?;
         let mut out = Vec::new();
         for m in &all {

@@ -67,9 +67,11 @@ impl NlSocket {
         self.exchange(msg, NLM_F_ACK | flags).map(|_| ())
     }
 
-    /// Send a `GET` for one object; the reply is that object.
+    /// Send a `GET` for one object; the reply is that object. No ack is
+    /// asked for: the kernel answers with the object or an error, one
+    /// datagram, so a lookup costs one receive rather than two.
     pub fn get(&mut self, msg: RouteNetlinkMessage) -> Result<RouteNetlinkMessage, NlError> {
-        self.exchange(msg, NLM_F_ACK)?
+        self.exchange(msg, 0)?
             .into_iter()
             .next()
             .ok_or_else(|| NlError::new(libc::EPROTO, "netlink: empty reply"))
@@ -104,17 +106,23 @@ impl NlSocket {
         let mut out = vec![0u8; packet.buffer_len()];
         packet.serialize(&mut out);
         self.sock.send(&out, 0).map_err(|e| NlError::io(&e))?;
-        self.receive(seq, flags & NLM_F_DUMP != 0)
+        let end = if flags & NLM_F_DUMP != 0 {
+            End::Done
+        } else if flags & NLM_F_ACK != 0 {
+            End::Ack
+        } else {
+            End::Reply
+        };
+        self.receive(seq, end)
     }
 
-    /// Read until the request `seq` is finished: `NLMSG_DONE` for a dump, the
-    /// ack (or error) otherwise. It always reads to the end, even past an
-    /// error, so that the next request starts on a quiet socket; replies to
-    /// earlier requests (from an aborted exchange) are skipped by sequence.
-    fn receive(&mut self, seq: u32, dump: bool) -> Result<Vec<RouteNetlinkMessage>, NlError> {
-        let mut out = Vec::new();
-        let mut failure: Option<NlError> = None;
-        let mut interrupted = false;
+    /// Read until the request `seq` is finished: `NLMSG_DONE` for a dump,
+    /// the ack (or error) for a change, the object (or error) for a `GET`.
+    /// It always reads to the end, even past an error, so that the next
+    /// request starts on a quiet socket; replies to earlier requests (from
+    /// an aborted exchange) are skipped by sequence before they are parsed.
+    fn receive(&mut self, seq: u32, end: End) -> Result<Vec<RouteNetlinkMessage>, NlError> {
+        let mut reading = Reading::new(seq, end);
         loop {
             let len = match self.recv_datagram() {
                 Ok(len) => len,
@@ -122,69 +130,17 @@ impl NlSocket {
                     // The socket overflowed and replies were lost. For a
                     // dump, the caller retries. For a change, the outcome is
                     // unknown; say so rather than guess.
-                    let msg = if dump {
-                        "netlink reply lost (receive buffer overrun)"
-                    } else {
+                    let msg = if end == End::Ack {
                         "netlink reply lost (receive buffer overrun): the change may or may not have been applied"
+                    } else {
+                        "netlink reply lost (receive buffer overrun)"
                     };
                     return Err(NlError::new(libc::ENOBUFS, msg));
                 }
                 Err(e) => return Err(NlError::io(&e)),
             };
-            let mut off = 0;
-            while off < len {
-                let data = &self.buf[off..len];
-                let msg_len = NetlinkBuffer::new_checked(data)
-                    .map(|b| b.length() as usize)
-                    .map_err(|e| NlError::new(libc::EBADMSG, format!("netlink: {e}")))?;
-                if msg_len == 0 {
-                    return Err(NlError::new(libc::EBADMSG, "netlink: zero-length message"));
-                }
-                let packet = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&data[..msg_len]);
-                off += (msg_len + 3) & !3;
-                let packet = match packet {
-                    Ok(p) => p,
-                    Err(e) => {
-                        failure.get_or_insert(NlError::new(
-                            libc::EBADMSG,
-                            format!("netlink: cannot parse reply: {e}"),
-                        ));
-                        continue;
-                    }
-                };
-                if packet.header.sequence_number != seq {
-                    continue;
-                }
-                if packet.header.flags & NLM_F_DUMP_INTR != 0 {
-                    interrupted = true;
-                }
-                match packet.payload {
-                    NetlinkPayload::InnerMessage(m) => out.push(m),
-                    NetlinkPayload::Done(d) => {
-                        if d.code < 0 {
-                            failure.get_or_insert(NlError::new(
-                                -d.code,
-                                io::Error::from_raw_os_error(-d.code).to_string(),
-                            ));
-                        }
-                        return finish(out, failure, interrupted);
-                    }
-                    NetlinkPayload::Error(e) => {
-                        if let Some(code) = e.code {
-                            let errno = code.get().saturating_abs();
-                            let text = ext_ack_text(packet.header.flags, &e.header)
-                                .unwrap_or_else(|| io::Error::from_raw_os_error(errno).to_string());
-                            failure.get_or_insert(NlError::new(errno, text));
-                        }
-                        // An ack or error ends a non-dump exchange; a dump
-                        // that fails to start ends here too.
-                        return finish(out, failure, interrupted);
-                    }
-                    NetlinkPayload::Overrun(_) => {
-                        failure.get_or_insert(NlError::new(libc::EOVERFLOW, "netlink: overrun"));
-                    }
-                    _ => {}
-                }
+            if reading.take(&self.buf[..len])? {
+                return reading.finish();
             }
         }
     }
@@ -205,15 +161,114 @@ impl NlSocket {
     }
 }
 
-fn finish(
+/// What finishes an exchange.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum End {
+    /// A change: its ack or error.
+    Ack,
+    /// A `GET` of one object: the object or an error.
+    Reply,
+    /// A dump: `NLMSG_DONE` or an error.
+    Done,
+}
+
+/// What has come back so far for request `seq`.
+struct Reading {
+    seq: u32,
+    end: End,
     out: Vec<RouteNetlinkMessage>,
     failure: Option<NlError>,
     interrupted: bool,
-) -> Result<Vec<RouteNetlinkMessage>, NlError> {
-    match failure {
-        Some(e) => Err(e),
-        None if interrupted => Err(NlError::new(libc::EINTR, "netlink dump interrupted")),
-        None => Ok(out),
+}
+
+impl Reading {
+    fn new(seq: u32, end: End) -> Self {
+        Reading {
+            seq,
+            end,
+            out: Vec::new(),
+            failure: None,
+            interrupted: false,
+        }
+    }
+
+    /// Take in one datagram; `true` once the exchange is finished.
+    fn take(&mut self, datagram: &[u8]) -> Result<bool, NlError> {
+        let mut off = 0;
+        while off < datagram.len() {
+            let data = &datagram[off..];
+            let (msg_len, msg_seq) = NetlinkBuffer::new_checked(data)
+                .map(|b| (b.length() as usize, b.sequence_number()))
+                .map_err(|e| NlError::new(libc::EBADMSG, format!("netlink: {e}")))?;
+            if msg_len == 0 {
+                return Err(NlError::new(libc::EBADMSG, "netlink: zero-length message"));
+            }
+            off += (msg_len + 3) & !3;
+            if msg_seq != self.seq {
+                continue;
+            }
+            let packet = match NetlinkMessage::<RouteNetlinkMessage>::deserialize(&data[..msg_len])
+            {
+                Ok(p) => p,
+                Err(e) => {
+                    self.failure.get_or_insert(NlError::new(
+                        libc::EBADMSG,
+                        format!("netlink: cannot parse reply: {e}"),
+                    ));
+                    // Nothing follows a `GET`'s one answer: waiting for
+                    // more would wait for ever.
+                    if self.end == End::Reply {
+                        return Ok(true);
+                    }
+                    continue;
+                }
+            };
+            if packet.header.flags & NLM_F_DUMP_INTR != 0 {
+                self.interrupted = true;
+            }
+            match packet.payload {
+                NetlinkPayload::InnerMessage(m) => {
+                    self.out.push(m);
+                    if self.end == End::Reply {
+                        return Ok(true);
+                    }
+                }
+                NetlinkPayload::Done(d) => {
+                    if d.code < 0 {
+                        self.failure.get_or_insert(NlError::new(
+                            -d.code,
+                            io::Error::from_raw_os_error(-d.code).to_string(),
+                        ));
+                    }
+                    return Ok(true);
+                }
+                NetlinkPayload::Error(e) => {
+                    if let Some(code) = e.code {
+                        let errno = code.get().saturating_abs();
+                        let text = ext_ack_text(packet.header.flags, &e.header)
+                            .unwrap_or_else(|| io::Error::from_raw_os_error(errno).to_string());
+                        self.failure.get_or_insert(NlError::new(errno, text));
+                    }
+                    // An ack or error ends a non-dump exchange; a dump that
+                    // fails to start ends here too.
+                    return Ok(true);
+                }
+                NetlinkPayload::Overrun(_) => {
+                    self.failure
+                        .get_or_insert(NlError::new(libc::EOVERFLOW, "netlink: overrun"));
+                }
+                _ => {}
+            }
+        }
+        Ok(false)
+    }
+
+    fn finish(self) -> Result<Vec<RouteNetlinkMessage>, NlError> {
+        match self.failure {
+            Some(e) => Err(e),
+            None if self.interrupted => Err(NlError::new(libc::EINTR, "netlink dump interrupted")),
+            None => Ok(self.out),
+        }
     }
 }
 
@@ -258,6 +313,90 @@ mod tests {
             v.push(0);
         }
         v
+    }
+
+    /// One netlink message as the kernel frames it.
+    fn framed(seq: u32, payload: NetlinkPayload<RouteNetlinkMessage>) -> Vec<u8> {
+        let mut header = NetlinkHeader::default();
+        header.sequence_number = seq;
+        let mut packet = NetlinkMessage::new(header, payload);
+        packet.finalize();
+        let mut out = vec![0u8; packet.buffer_len()];
+        packet.serialize(&mut out);
+        out
+    }
+
+    fn link(name: &str) -> NetlinkPayload<RouteNetlinkMessage> {
+        let mut msg = netlink_packet_route::link::LinkMessage::default();
+        msg.attributes
+            .push(netlink_packet_route::link::LinkAttribute::IfName(
+                name.into(),
+            ));
+        NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(msg))
+    }
+
+    fn nack(errno: i32) -> NetlinkPayload<RouteNetlinkMessage> {
+        let mut e = netlink_packet_core::ErrorMessage::default();
+        e.code = std::num::NonZeroI32::new(-errno);
+        e.header = vec![0; 16];
+        NetlinkPayload::Error(e)
+    }
+
+    /// A link reply whose name attribute claims more bytes than it has.
+    fn garbled(seq: u32) -> Vec<u8> {
+        let mut m = framed(seq, link("eth0"));
+        // Header 16, ifinfomsg 16, then the attribute's length.
+        m[32] = 200;
+        m
+    }
+
+    #[test]
+    fn a_get_ends_at_its_one_answer_and_skips_earlier_ones_unparsed() {
+        // A stale answer of an aborted exchange, unparsable, then ours: the
+        // stale one neither fails the lookup nor is taken for it.
+        let mut datagram = garbled(6);
+        datagram.extend(framed(7, link("eth0")));
+        let mut r = Reading::new(7, End::Reply);
+        assert_eq!(r.take(&datagram), Ok(true));
+        let got = r.finish().expect("the object");
+        assert!(matches!(&got[..], [RouteNetlinkMessage::NewLink(_)]));
+
+        // Its error ends it with the errno.
+        let mut r = Reading::new(8, End::Reply);
+        assert_eq!(r.take(&framed(8, nack(libc::ENODEV))), Ok(true));
+        assert_eq!(r.finish().map_err(|e| e.errno), Err(libc::ENODEV));
+    }
+
+    #[test]
+    fn a_gets_unparsable_answer_ends_it_as_an_error_not_a_wait() {
+        // Nothing follows a lookup's answer, so waiting on would hang the
+        // call; a change's exchange reads on to its ack.
+        let mut r = Reading::new(3, End::Reply);
+        assert_eq!(r.take(&garbled(3)), Ok(true));
+        let e = r.finish().expect_err("garbled");
+        assert_eq!(e.errno, libc::EBADMSG);
+        assert!(
+            e.msg.starts_with("netlink: cannot parse reply"),
+            "{}",
+            e.msg
+        );
+
+        let mut r = Reading::new(3, End::Ack);
+        assert_eq!(r.take(&garbled(3)), Ok(false));
+        let ack = NetlinkPayload::Error(netlink_packet_core::ErrorMessage::default());
+        assert_eq!(r.take(&framed(3, ack)), Ok(true));
+        assert_eq!(r.finish().map_err(|e| e.errno), Err(libc::EBADMSG));
+    }
+
+    #[test]
+    fn a_dump_reads_on_to_its_done() {
+        let mut r = Reading::new(4, End::Done);
+        let mut datagram = framed(4, link("a"));
+        datagram.extend(framed(4, link("b")));
+        assert_eq!(r.take(&datagram), Ok(false));
+        let done = NetlinkPayload::Done(netlink_packet_core::DoneMessage::default());
+        assert_eq!(r.take(&framed(4, done)), Ok(true));
+        assert_eq!(r.finish().map(|v| v.len()), Ok(2));
     }
 
     #[test]

@@ -54,6 +54,24 @@ fn open_refuses_what_is_not_a_netns() {
 }
 
 #[test]
+fn a_lookup_leaves_the_counters_out_and_a_missing_link_keeps_the_socket_in_step() {
+    require_root!();
+    let mut env = KernelEnv::new("lookup");
+    let (a, b) = (env.a, env.b);
+    env.net.create_veth(a, "wv0", "wv1", b, None, None).unwrap();
+    assert_eq!(env.net.lookup_carries_counters(a, "wv0"), Ok(false));
+    // A lookup is answered without an ack: a miss is its error alone, and
+    // the next lookups and changes on the socket get their own answers.
+    for _ in 0..3 {
+        let miss = env.net.link_by_name(a, "wv-none");
+        assert!(matches!(miss, Err(NetError::NotFound(_))), "{miss:?}");
+        assert_eq!(env.net.link_by_name(a, "wv0").unwrap().name, "wv0");
+        env.net.set_link(a, "wv0", &up()).unwrap();
+    }
+    assert!(env.net.link_by_name(a, "wv0").unwrap().up);
+}
+
+#[test]
 fn the_calling_thread_never_changes_namespace() {
     require_root!();
     let before = thread_netns();
