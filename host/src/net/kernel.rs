@@ -277,6 +277,40 @@ impl KernelNet {
         }
     }
 
+    /// Every address of link `index`: the kernel filters by the index
+    /// (strict checking), and so do callers, for kernels that cannot.
+    fn address_dump(
+        &mut self,
+        ns: NsId,
+        index: u32,
+        what: &str,
+    ) -> Result<Vec<RouteNetlinkMessage>, NetError> {
+        let mut req = AddressMessage::default();
+        req.header.index = index;
+        self.sock(ns)?
+            .dump(RouteNetlinkMessage::GetAddress(req))
+            .map_err(kerr(what))
+    }
+
+    /// Every route of `family` through link `index`, in any table: filtered
+    /// as [`Self::address_dump`] is. The table is left to the caller: a
+    /// table the kernel does not have is an error to a filtered dump, and
+    /// no routes to the caller.
+    fn route_dump(
+        &mut self,
+        ns: NsId,
+        family: AddressFamily,
+        index: u32,
+        what: &str,
+    ) -> Result<Vec<RouteNetlinkMessage>, NetError> {
+        let mut req = RouteMessage::default();
+        req.header.address_family = family;
+        req.attributes.push(RouteAttribute::Oif(index));
+        self.sock(ns)?
+            .dump(RouteNetlinkMessage::GetRoute(req))
+            .map_err(kerr(what))
+    }
+
     fn index_of(&mut self, ns: NsId, name: &str) -> Result<u32, NetError> {
         Ok(self.get_link(ns, name)?.header.index)
     }
@@ -453,6 +487,29 @@ thread_local! {
 
 #[cfg(test)]
 impl KernelNet {
+    /// The links that what the address and route dumps of `name` bring
+    /// back belong to, as the kernel sent them (tests).
+    pub(crate) fn dumped_links(&mut self, ns: NsId, name: &str) -> Result<Vec<u32>, NetError> {
+        let index = self.index_of(ns, name)?;
+        let mut out = Vec::new();
+        for m in self.address_dump(ns, index, name)? {
+            if let RouteNetlinkMessage::NewAddress(m) = m {
+                out.push(m.header.index);
+            }
+        }
+        for family in [AddressFamily::Inet, AddressFamily::Inet6] {
+            for m in self.route_dump(ns, family, index, name)? {
+                if let RouteNetlinkMessage::NewRoute(m) = m {
+                    out.extend(m.attributes.iter().find_map(|a| match a {
+                        RouteAttribute::Oif(i) => Some(*i),
+                        _ => None,
+                    }));
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Whether the kernel's answer to a lookup of `name` carried IPv6's
     /// counters (tests).
     pub(crate) fn lookup_carries_counters(

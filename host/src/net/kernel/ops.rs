@@ -338,10 +338,7 @@ impl Net for KernelNet {
 
     fn addresses(&mut self, ns: NsId, link: &str) -> Result<Vec<IpNet>, NetError> {
         let index = self.index_of(ns, link)?;
-        let all = self
-            .sock(ns)?
-            .dump(RouteNetlinkMessage::GetAddress(AddressMessage::default()))
-            .map_err(kerr(format!("list addresses of {link}")))?;
+        let all = self.address_dump(ns, index, &format!("list addresses of {link}"))?;
         let mut out = Vec::new();
         for m in all {
             let RouteNetlinkMessage::NewAddress(m) = m else {
@@ -381,12 +378,7 @@ impl Net for KernelNet {
         let table = table.unwrap_or(RT_TABLE_MAIN);
         let mut out = Vec::new();
         for family in [AddressFamily::Inet, AddressFamily::Inet6] {
-            let mut req = RouteMessage::default();
-            req.header.address_family = family;
-            let all = self
-                .sock(ns)?
-                .dump(RouteNetlinkMessage::GetRoute(req))
-                .map_err(kerr(format!("list routes of {link}")))?;
+            let all = self.route_dump(ns, family, index, &format!("list routes of {link}"))?;
             for m in all {
                 let RouteNetlinkMessage::NewRoute(m) = m else {
                     continue;

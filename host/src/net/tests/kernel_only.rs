@@ -72,6 +72,49 @@ fn a_lookup_leaves_the_counters_out_and_a_missing_link_keeps_the_socket_in_step(
 }
 
 #[test]
+fn address_and_route_dumps_bring_back_the_one_link_only() {
+    require_root!();
+    // A node with many links: what one link's dump costs must not grow
+    // with the others (every pod's veth on a full node).
+    let mut env = KernelEnv::new("dumps");
+    let (a, b) = (env.a, env.b);
+    for i in 0..12u8 {
+        let name = format!("wd{i}");
+        env.net
+            .create_veth(a, &name, &format!("wp{i}"), b, None, None)
+            .unwrap();
+        env.net.set_link(a, &name, &up()).unwrap();
+        env.net
+            .add_address(a, &name, &cidr(&format!("10.77.{i}.1/24")))
+            .unwrap();
+        let mut route = Route::to(cidr(&format!("10.78.{i}.0/24")));
+        route.dev = Some(name.clone());
+        env.net.add_route(a, &route).unwrap();
+    }
+    let index = env.net.link_by_name(a, "wd3").unwrap().index;
+    let dumped = env.net.dumped_links(a, "wd3").unwrap();
+    // Its address and its two routes (the subnet's and the one added), at
+    // least; nothing of the other eleven links.
+    assert!(dumped.len() >= 3, "{dumped:?}");
+    assert!(
+        dumped.iter().all(|i| *i == index),
+        "{dumped:?} (wd3 is {index})"
+    );
+    let addrs = env.net.addresses(a, "wd3").unwrap();
+    assert!(addrs.contains(&cidr("10.77.3.1/24")), "{addrs:?}");
+    assert!(addrs.iter().all(|n| !n.to_string().starts_with("10.77.4.")));
+    let routes = env.net.routes(a, "wd3", None).unwrap();
+    assert!(
+        routes.iter().any(|r| r.dst == cidr("10.78.3.0/24")),
+        "{routes:?}"
+    );
+    assert!(
+        routes.iter().all(|r| r.dev.as_deref() == Some("wd3")),
+        "{routes:?}"
+    );
+}
+
+#[test]
 fn the_calling_thread_never_changes_namespace() {
     require_root!();
     let before = thread_netns();
