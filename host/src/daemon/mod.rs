@@ -491,6 +491,10 @@ fn client_gone(stream: &UnixStream) -> bool {
     }
 }
 
+/// What a request is read through: most requests fit whole (a config and
+/// its prevResult); a larger part is read straight into its own buffer.
+const REQUEST_BUFFER: usize = 8 << 10;
+
 fn handle(shared: &Shared, stream: UnixStream, mut peer: Peer, guard: ConnGuard, ready: &Ready) {
     let started = Instant::now();
     let cpu_started = thread_cpu();
@@ -504,7 +508,13 @@ fn handle(shared: &Shared, stream: UnixStream, mut peer: Peer, guard: ConnGuard,
         deadline: started + shared.opts.read_timeout,
         fds: Vec::new(),
     };
-    let read = Request::read(&mut reader);
+    // Buffered: a request comes in two reads (its header with the
+    // namespace's descriptor, then the rest), not a read and a timeout set
+    // per field.
+    let read = Request::read(&mut io::BufReader::with_capacity(
+        REQUEST_BUFFER,
+        &mut reader,
+    ));
     let mut fds = std::mem::take(&mut reader.fds);
     shared.conns.read_done(guard.id);
     let request = match read {
