@@ -32,6 +32,20 @@ pub fn owned_and_private(meta: &fs::Metadata, what: &str) -> Result<(), String> 
     Ok(())
 }
 
+/// `op` on a file under `dir`, creating `dir` (and its parents) only when
+/// `op` finds it missing, then once more. The directories of the state
+/// exist after a node's first call; creating them first on every call was
+/// a `mkdir` and a `stat` per directory per call.
+pub fn in_dir<T>(dir: &Path, mut op: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+    match op() {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            fs::create_dir_all(dir)?;
+            op()
+        }
+        other => other,
+    }
+}
+
 /// Write via a temporary file, fsync and rename: a concurrent reader sees
 /// either no artifact or a whole one.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
@@ -273,6 +287,62 @@ mod tests {
         assert!(probe_writable(&dir.join("file")).is_err());
         assert!(probe_writable(&dir.join("file/below")).is_err());
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    // The directory is made only on a miss, and a miss is retried once:
+    // other errors pass through untouched, and an operation that keeps
+    // missing ends as its error, not as a loop.
+    #[test]
+    fn a_file_op_makes_its_directory_only_when_missing_and_retries_once() {
+        let root = std::env::temp_dir().join(format!("wasm-cni-indir-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let dir = root.join("locks/net");
+        let file = dir.join("a.lock");
+        let mut calls = 0;
+        let create = |calls: &mut u32| {
+            *calls += 1;
+            fs::OpenOptions::new()
+                .create(true)
+                .write(true)
+                .truncate(false)
+                .open(&file)
+        };
+        in_dir(&dir, || create(&mut calls)).unwrap();
+        assert_eq!(calls, 2, "missed, made the directory, then opened");
+        in_dir(&dir, || create(&mut calls)).unwrap();
+        assert_eq!(calls, 3, "the directory exists: one try");
+
+        let other = root.join("other");
+        let mut tries = 0;
+        let denied = in_dir(&other, || -> io::Result<()> {
+            tries += 1;
+            Err(io::Error::from(io::ErrorKind::PermissionDenied))
+        });
+        assert_eq!(denied.unwrap_err().kind(), io::ErrorKind::PermissionDenied);
+        assert_eq!(tries, 1);
+        assert!(
+            !other.exists(),
+            "no directory for an error that is not a miss"
+        );
+
+        let mut tries = 0;
+        let missing = in_dir(&other, || -> io::Result<()> {
+            tries += 1;
+            Err(io::Error::from(io::ErrorKind::NotFound))
+        });
+        assert_eq!(missing.unwrap_err().kind(), io::ErrorKind::NotFound);
+        assert_eq!(tries, 2);
+
+        // A file where the directory should be: the creation's own error.
+        fs::write(root.join("flat"), b"x").unwrap();
+        let mut tries = 0;
+        let blocked = in_dir(&root.join("flat/below"), || -> io::Result<()> {
+            tries += 1;
+            Err(io::Error::from(io::ErrorKind::NotFound))
+        });
+        assert!(blocked.is_err());
+        assert_eq!(tries, 1);
+        fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

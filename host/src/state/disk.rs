@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use super::{AttachmentRecord, AttachmentRecords, Lock};
-use crate::fsutil::{lock_gated, write_atomic, Locked};
+use crate::fsutil::{in_dir, lock_gated, write_atomic, Locked};
 
 pub struct DiskRecords {
     root: PathBuf,
@@ -53,16 +53,16 @@ struct FileLock {
 /// a waiter that then gets the lock on the unlinked inode sees that the
 /// path no longer names it, and starts over on the new file.
 fn lock_file(path: &Path, deadline: Option<Instant>) -> io::Result<Lock> {
-    if let Some(dir) = path.parent() {
-        fs::create_dir_all(dir)?;
-    }
+    let dir = path.parent().unwrap_or(Path::new("."));
     loop {
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(path)?;
+        let file = in_dir(dir, || {
+            OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .mode(0o600)
+                .open(path)
+        })?;
         let held = match deadline {
             Some(d) => lock_gated(file, Some(d))?,
             None => lock_gated(file, Some(Instant::now())).map_err(|e| {
@@ -85,13 +85,9 @@ fn lock_file(path: &Path, deadline: Option<Instant>) -> io::Result<Lock> {
 
 impl AttachmentRecords for DiskRecords {
     fn save(&self, record: &AttachmentRecord) -> io::Result<()> {
-        let dir = self.dir(&record.network);
-        fs::create_dir_all(&dir)?;
         let bytes = serde_json::to_vec_pretty(record).map_err(io::Error::other)?;
-        write_atomic(
-            &self.path(&record.network, &record.container_id, &record.ifname),
-            &bytes,
-        )
+        let path = self.path(&record.network, &record.container_id, &record.ifname);
+        in_dir(&self.dir(&record.network), || write_atomic(&path, &bytes))
     }
 
     fn load(&self, network: &str, cid: &str, ifname: &str) -> io::Result<Option<AttachmentRecord>> {
@@ -173,15 +169,14 @@ impl AttachmentRecords for DiskRecords {
 
     fn lock_all(&self) -> io::Result<Lock> {
         let path = self.locks.join("all.lock");
-        if let Some(dir) = path.parent() {
-            fs::create_dir_all(dir)?;
-        }
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(&path)?;
+        let file = in_dir(&self.locks, || {
+            OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .mode(0o600)
+                .open(&path)
+        })?;
         Ok(Box::new(FileLock {
             _held: lock_gated(file, None)?,
         }))

@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use super::{lock_failed, Entry, Owner, Scope, ScopeData, StateStore, StoreResult, Txn};
-use crate::fsutil::{lock_gated, random, write_atomic, Locked};
+use crate::fsutil::{in_dir, lock_gated, random, write_atomic, Locked};
 
 pub struct DiskStore {
     root: PathBuf,
@@ -329,8 +329,18 @@ fn read_scope(path: &Path, cache: Option<&ScopeCache>) -> StoreResult<ReadScope>
     let mut bytes = Vec::new();
     if let Some(cache) = cache {
         // The head alone first: a hit reads no more of the file.
-        let head = (HEAD.len() + GEN_HEX + 1) as u64;
-        (&mut file).take(head).read_to_end(&mut bytes)?;
+        bytes.resize(HEAD.len() + GEN_HEX + 1, 0);
+        let mut got = 0;
+        // One read for the head (a `take` reads it in two).
+        while got < bytes.len() {
+            match file.read(&mut bytes[got..]) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        bytes.truncate(got);
         if let Some((mut data, built)) = cache.take(path, Stamp::of(&bytes, &meta).as_ref()) {
             // Rebuilt when read back, not when kept: a per-invocation
             // process keeps what it commits too, but reads it back only if
@@ -357,15 +367,14 @@ impl StateStore for DiskStore {
 
     fn begin_by(&self, scope: &Scope, deadline: Option<Instant>) -> StoreResult<Box<dyn Txn>> {
         let (path, lock_path) = self.files(scope);
-        if let Some(dir) = path.parent() {
-            fs::create_dir_all(dir)?;
-        }
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(&lock_path)?;
+        let lock = in_dir(lock_path.parent().unwrap_or(Path::new(".")), || {
+            OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .mode(0o600)
+                .open(&lock_path)
+        })?;
         let lock = lock_gated(lock, deadline).map_err(|e| lock_failed(scope, e))?;
         sweep_temp_files(&path);
         let (data, built, stored) = read_scope(&path, self.cache.as_deref())?;
