@@ -96,9 +96,15 @@ impl<'e> Operation<'e> {
         if let Some(prior) = &prior {
             created = union(&prior_links(prior), &created);
         }
-        let links = exec.with_sides(self.att, |net, sides| {
-            Ok(cleanup::live(net, sides, &created))
-        })?;
+        // Nothing created, nothing to look up: an IPAM-only chain opens no
+        // namespace (in a daemon, a netlink socket and two setns per ADD).
+        let links = if created.is_empty() {
+            created
+        } else {
+            exec.with_sides(self.att, |net, sides| {
+                Ok(cleanup::live(net, sides, &created))
+            })?
+        };
         let mut record = exec.record(self.att, &links);
         record.result = result.to_json("1.1.0")?;
         record.pending = false;
