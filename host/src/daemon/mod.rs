@@ -503,19 +503,7 @@ fn handle(shared: &Shared, stream: UnixStream, mut peer: Peer, guard: ConnGuard,
         return;
     }
     let uid = peer.uid;
-    let mut reader = PeerReader {
-        stream: &stream,
-        deadline: started + shared.opts.read_timeout,
-        fds: Vec::new(),
-    };
-    // Buffered: a request comes in two reads (its header with the
-    // namespace's descriptor, then the rest), not a read and a timeout set
-    // per field.
-    let read = Request::read(&mut io::BufReader::with_capacity(
-        REQUEST_BUFFER,
-        &mut reader,
-    ));
-    let mut fds = std::mem::take(&mut reader.fds);
+    let (read, fds) = read_request(&stream, started + shared.opts.read_timeout);
     shared.conns.read_done(guard.id);
     let request = match read {
         Ok(r) => r,
@@ -548,20 +536,17 @@ fn handle(shared: &Shared, stream: UnixStream, mut peer: Peer, guard: ConnGuard,
             );
         }
     };
-    // One descriptor, exactly when the request says it brings one.
-    if fds.len() > 1 || request.netns_fd != (fds.len() == 1) {
-        return refuse(
-            shared,
-            &stream,
-            "malformed",
-            format!(
-                "bad request from uid {uid}: {} descriptor(s) passed, {} announced",
-                fds.len(),
-                u8::from(request.netns_fd)
-            ),
-        );
-    }
-    peer.netns = fds.pop();
+    peer.netns = match announced_descriptor(&request, fds) {
+        Ok(fd) => fd,
+        Err(why) => {
+            return refuse(
+                shared,
+                &stream,
+                "malformed",
+                format!("bad request from uid {uid}: {why}"),
+            )
+        }
+    };
     let vars: Vec<(String, String)> = request
         .env
         .into_iter()
@@ -726,6 +711,44 @@ fn network_of(stdin: &[u8]) -> String {
         .ok()
         .and_then(|v| v.get("name")?.as_str().map(str::to_string))
         .unwrap_or_default()
+}
+
+/// A peer's request, read under `deadline`, and the descriptors that came
+/// with any of the bytes read. Buffered: a request comes in two reads (its
+/// header with the namespace's descriptor, then the rest), not a read and
+/// a timeout set per field; a part larger than the buffer is read straight
+/// into its own.
+fn read_request(
+    stream: &UnixStream,
+    deadline: Instant,
+) -> (Result<Request, WireError>, Vec<OwnedFd>) {
+    let mut reader = PeerReader {
+        stream,
+        deadline,
+        fds: Vec::new(),
+    };
+    let read = Request::read(&mut io::BufReader::with_capacity(
+        REQUEST_BUFFER,
+        &mut reader,
+    ));
+    (read, reader.fds)
+}
+
+/// The request's namespace: one descriptor exactly when the request
+/// announces one. Any other count (a descriptor sent after the request
+/// included) is refused, never taken for the namespace.
+fn announced_descriptor(
+    request: &Request,
+    mut fds: Vec<OwnedFd>,
+) -> Result<Option<OwnedFd>, String> {
+    if fds.len() > 1 || request.netns_fd != (fds.len() == 1) {
+        return Err(format!(
+            "{} descriptor(s) passed, {} announced",
+            fds.len(),
+            u8::from(request.netns_fd)
+        ));
+    }
+    Ok(fds.pop())
 }
 
 /// Reads a peer's request under a deadline that the read timeout shrinks
@@ -1249,6 +1272,123 @@ mod tests {
         io::Read::read_to_end(&mut (&theirs).take(8 << 20), &mut all).unwrap();
         assert_eq!(all.len(), 8 << 20);
         assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), "written");
+    }
+
+    /// `bytes` on `s`, `fd` riding on the first of them.
+    fn send_with(s: &UnixStream, bytes: &[u8], fd: Option<&OwnedFd>) {
+        use rustix::net::{sendmsg, SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+        let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+        let mut cmsg = SendAncillaryBuffer::new(&mut space);
+        let fds = fd.map(|f| [f.as_fd()]);
+        if let Some(fds) = &fds {
+            assert!(cmsg.push(SendAncillaryMessage::ScmRights(fds)));
+        }
+        let n = sendmsg(
+            s,
+            &[io::IoSlice::new(bytes)],
+            &mut cmsg,
+            SendFlags::NOSIGNAL,
+        )
+        .unwrap();
+        io::Write::write_all(&mut &*s, &bytes[n..]).unwrap();
+    }
+
+    fn request(stdin_len: usize, netns_fd: bool) -> Request {
+        Request {
+            env: vec![("CNI_COMMAND".into(), "ADD".into())],
+            stdin: (0..stdin_len).map(|i| b'a' + (i % 26) as u8).collect(),
+            netns_fd,
+            wait_ms: Some(5000),
+        }
+    }
+
+    // What a peer controls here: how it splits and times its request's
+    // bytes, and which descriptors ride on which of them. What it must not
+    // gain: more time than the read deadline by trickling, a part read
+    // wrong across the buffer's edge, or a descriptor it did not announce
+    // taken for its namespace (one sent after the request included).
+    #[test]
+    fn a_buffered_request_is_read_whole_in_its_deadline_with_only_its_own_descriptor() {
+        let ns = || OwnedFd::from(fs::File::open("/proc/self/ns/net").unwrap());
+        let deadline = || Instant::now() + Duration::from_secs(5);
+
+        // Split in pieces of 1 to 7 bytes, the descriptor on the first, a
+        // stdin past the buffer: read whole.
+        let sent = request(3 * REQUEST_BUFFER + 5, true);
+        let bytes = sent.encode();
+        let (mine, theirs) = UnixStream::pair().unwrap();
+        let writer = std::thread::spawn(move || {
+            let fd = ns();
+            let (mut at, mut step) = (0, 1);
+            while at < bytes.len() {
+                let end = (at + step).min(bytes.len());
+                send_with(&theirs, &bytes[at..end], (at == 0).then_some(&fd));
+                (at, step) = (end, step % 7 + 1);
+            }
+            theirs
+        });
+        let (read, fds) = read_request(&mine, deadline());
+        let got = read.unwrap();
+        assert_eq!(got, sent);
+        assert!(announced_descriptor(&got, fds).unwrap().is_some());
+        drop(writer.join().unwrap());
+
+        // A byte every 20 ms under a 200 ms deadline: refused at the
+        // deadline, however many bytes were still coming.
+        let bytes = request(64, false).encode();
+        let (mine, theirs) = UnixStream::pair().unwrap();
+        let writer = std::thread::spawn(move || {
+            for b in &bytes {
+                if io::Write::write_all(&mut &theirs, &[*b]).is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        let started = Instant::now();
+        let (read, _) = read_request(&mine, Instant::now() + Duration::from_millis(200));
+        assert!(read.unwrap_err().is_timeout());
+        let took = started.elapsed();
+        assert!(took < Duration::from_millis(600), "{took:?}");
+        drop(mine);
+        writer.join().unwrap();
+
+        // A request without a descriptor, then more bytes with one: the
+        // buffer may read past the request, and what rides there is
+        // refused, not taken for the namespace.
+        let (mine, theirs) = UnixStream::pair().unwrap();
+        send_with(&theirs, &request(10, false).encode(), None);
+        send_with(&theirs, b"trailing", Some(&ns()));
+        let (read, fds) = read_request(&mine, deadline());
+        let got = read.unwrap();
+        assert_eq!(fds.len(), 1, "the buffer read on into the trailing bytes");
+        let refused = announced_descriptor(&got, fds).unwrap_err();
+        assert!(
+            refused.contains("1 descriptor(s) passed, 0 announced"),
+            "{refused}"
+        );
+
+        // Announced and brought, then another descriptor (not a namespace)
+        // after the request: the one taken is the request's own. (A read
+        // ends at the bytes a descriptor came with, so the later one is
+        // never received; were it received, the count would refuse both.)
+        let (mine, theirs) = UnixStream::pair().unwrap();
+        let null = OwnedFd::from(fs::File::open("/dev/null").unwrap());
+        send_with(&theirs, &request(10, true).encode(), Some(&ns()));
+        send_with(&theirs, b"more", Some(&null));
+        let (read, fds) = read_request(&mine, deadline());
+        let taken = announced_descriptor(&read.unwrap(), fds).unwrap().unwrap();
+        let id = |m: fs::Metadata| (m.dev(), m.ino());
+        assert_eq!(
+            id(fs::File::from(taken).metadata().unwrap()),
+            id(fs::metadata("/proc/self/ns/net").unwrap())
+        );
+
+        // Announced and not brought.
+        let (mine, theirs) = UnixStream::pair().unwrap();
+        send_with(&theirs, &request(10, true).encode(), None);
+        let (read, fds) = read_request(&mine, deadline());
+        assert!(announced_descriptor(&read.unwrap(), fds).is_err());
     }
 
     #[test]
