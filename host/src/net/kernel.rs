@@ -462,6 +462,10 @@ impl KernelNet {
 /// This replaced a short-lived thread per call: a clone, a stack mapping and
 /// two cross-thread hand-offs each time, which on a loaded machine waited a
 /// scheduler slice apiece (about 8 per bridge ADD).
+///
+/// A thread asked into its own namespace runs `f` where it is: a process
+/// in the node's namespace (a daemon, a per-invocation call) does most of
+/// the node side's work there, and each move was two `setns`.
 pub(crate) fn in_netns<T>(fd: BorrowedFd<'_>, f: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
     HOME.with(|home| {
         let home = match home.get() {
@@ -471,6 +475,10 @@ pub(crate) fn in_netns<T>(fd: BorrowedFd<'_>, f: impl FnOnce() -> io::Result<T>)
                 home.get_or_init(|| found)
             }
         };
+        let target = rustix::fs::fstat(fd)?;
+        if (target.st_dev, target.st_ino) == home.key() {
+            return f();
+        }
         move_into_link_name_space(fd, Some(LinkNameSpaceType::Network))?;
         let back = GoBack(home.fd());
         let out = f();
@@ -544,9 +552,10 @@ enum Home {
     /// at home there. A daemon's request threads live long and wait between
     /// connections; each holding a descriptor of its own would show as
     /// descriptors that grow with the threads kept.
-    Shared(&'static OwnedFd),
-    /// A namespace of its own (a thread started elsewhere).
-    Own(OwnedFd),
+    Shared(&'static (OwnedFd, u64, u64)),
+    /// A namespace of its own (a thread started elsewhere), with its
+    /// (device, inode).
+    Own(OwnedFd, (u64, u64)),
 }
 
 /// The namespace of the first thread that needed its home, with its
@@ -572,15 +581,25 @@ impl Home {
         };
         let meta = std::fs::metadata(Self::OWN)?;
         if (meta.dev(), meta.ino()) == (shared.1, shared.2) {
-            return Ok(Home::Shared(&shared.0));
+            return Ok(Home::Shared(shared));
         }
-        Ok(Home::Own(OwnedFd::from(File::open(Self::OWN)?)))
+        let own = File::open(Self::OWN)?;
+        let meta = own.metadata()?;
+        Ok(Home::Own(OwnedFd::from(own), (meta.dev(), meta.ino())))
     }
 
     fn fd(&self) -> BorrowedFd<'_> {
         match self {
-            Home::Own(fd) => fd.as_fd(),
-            Home::Shared(fd) => fd.as_fd(),
+            Home::Own(fd, _) => fd.as_fd(),
+            Home::Shared(s) => s.0.as_fd(),
+        }
+    }
+
+    /// The namespace's (device, inode), as `fstat` gives them.
+    fn key(&self) -> (u64, u64) {
+        match self {
+            Home::Own(_, key) => *key,
+            Home::Shared(s) => (s.1, s.2),
         }
     }
 }

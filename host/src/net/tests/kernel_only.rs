@@ -179,6 +179,62 @@ fn threads_share_one_handle_on_their_home_and_each_returns_to_its_own() {
     assert_eq!((after, shared), (own, false));
 }
 
+/// Drop every capability of the calling thread (capabilities are per
+/// thread): `setns` then fails with EPERM.
+fn drop_thread_capabilities() {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let header = Header {
+        version: 0x2008_0522,
+        pid: 0,
+    };
+    let none = [Data {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    // SAFETY: capset reads a version-3 header and two data words, both
+    // alive and laid out as the kernel's structs.
+    let rc = unsafe { libc::syscall(libc::SYS_capset, &header, none.as_ptr()) };
+    assert_eq!(rc, 0, "capset: {}", std::io::Error::last_os_error());
+}
+
+// Asked into its own namespace, a thread stays where it is: with no
+// capabilities a move (`setns`) is refused, so only a thread that makes
+// none gets `f` run. Asked elsewhere, it still moves (and here is refused).
+#[test]
+fn a_thread_asked_into_its_own_namespace_makes_no_move() {
+    use std::os::fd::AsFd;
+    require_root!();
+    let away = Netns::new("ownns");
+    let path = away.path.clone();
+    let (own, elsewhere) = std::thread::spawn(move || {
+        let own = std::fs::File::open("/proc/thread-self/ns/net").unwrap();
+        let other = std::fs::File::open(&path).unwrap();
+        drop_thread_capabilities();
+        let at_home = crate::net::in_netns(own.as_fd(), || Ok(thread_netns()));
+        let away = crate::net::in_netns(other.as_fd(), || Ok(thread_netns()));
+        (
+            at_home.map_err(|e| e.to_string()),
+            away.map_err(|e| e.raw_os_error()),
+        )
+    })
+    .join()
+    .unwrap();
+    assert_eq!(own, Ok(thread_netns()));
+    assert_eq!(elsewhere, Err(Some(libc::EPERM)));
+}
+
 #[test]
 fn veth_as_iproute2_sees_it() {
     require_root!();
