@@ -247,7 +247,7 @@ impl KernelNet {
         f: impl FnOnce() -> io::Result<T>,
     ) -> Result<io::Result<T>, NetError> {
         let ns = self.ns(id)?;
-        Ok(in_netns(ns.fd.as_fd(), f))
+        Ok(in_netns_as(ns.fd.as_fd(), ns.key, f))
     }
 
     fn get_link(&mut self, ns: NsId, name: &str) -> Result<LinkMessage, NetError> {
@@ -467,6 +467,17 @@ impl KernelNet {
 /// in the node's namespace (a daemon, a per-invocation call) does most of
 /// the node side's work there, and each move was two `setns`.
 pub(crate) fn in_netns<T>(fd: BorrowedFd<'_>, f: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
+    let target = rustix::fs::fstat(fd)?;
+    in_netns_as(fd, (target.st_dev, target.st_ino), f)
+}
+
+/// [`in_netns`] for a namespace whose (device, inode) `key` the caller
+/// took from `fd` already.
+fn in_netns_as<T>(
+    fd: BorrowedFd<'_>,
+    key: (u64, u64),
+    f: impl FnOnce() -> io::Result<T>,
+) -> io::Result<T> {
     HOME.with(|home| {
         let home = match home.get() {
             Some(h) => h,
@@ -475,8 +486,7 @@ pub(crate) fn in_netns<T>(fd: BorrowedFd<'_>, f: impl FnOnce() -> io::Result<T>)
                 home.get_or_init(|| found)
             }
         };
-        let target = rustix::fs::fstat(fd)?;
-        if (target.st_dev, target.st_ino) == home.key() {
+        if key == home.key() {
             return f();
         }
         move_into_link_name_space(fd, Some(LinkNameSpaceType::Network))?;

@@ -22,10 +22,13 @@ impl Net for KernelNet {
         }
         let fd = OwnedFd::from(file);
         // setns refuses anything but a network namespace file with EINVAL.
-        let sock = in_netns(fd.as_fd(), NlSocket::new).map_err(|e| match e.raw_os_error() {
-            Some(libc::EINVAL) => NetError::NotFound(format!("{shown} is not a network namespace")),
-            _ => io_err(format!("namespace {shown}"), &e),
-        })?;
+        let sock =
+            in_netns_as(fd.as_fd(), key, NlSocket::new).map_err(|e| match e.raw_os_error() {
+                Some(libc::EINVAL) => {
+                    NetError::NotFound(format!("{shown} is not a network namespace"))
+                }
+                _ => io_err(format!("namespace {shown}"), &e),
+            })?;
         let id = u32::try_from(self.namespaces.len())
             .map_err(|_| NetError::Invalid("too many namespaces".into()))?;
         self.namespaces.push(Namespace { fd, key, sock });
