@@ -14,6 +14,8 @@ use crate::sandbox::{sha256_hex, Runtime};
 use crate::store::{admin, DiskStore, EtcdConfig, EtcdStore, StateStore};
 
 const DEFAULT_PLUGIN_DIR: &str = "/opt/cni/wasm";
+/// What a call's stdin is first read into; a larger config grows it.
+const STDIN_CAPACITY: usize = 16 << 10;
 
 mod images;
 mod install;
@@ -805,7 +807,9 @@ pub fn process_main() -> ! {
         let vars = std::env::vars_os()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
             .collect();
-        let mut stdin = Vec::new();
+        // Sized for a whole config: an empty vector is read in growing
+        // probes (32, 32, 64, 128... bytes), a read each.
+        let mut stdin = Vec::with_capacity(STDIN_CAPACITY);
         if let Err(e) = std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut stdin) {
             let e =
                 crate::cni::CniError::new(crate::cni::ErrorCode::Io, format!("reading stdin: {e}"));

@@ -31,7 +31,9 @@ fn main() {
     let vars: Vec<(String, String)> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .collect();
-    let mut stdin = Vec::new();
+    // Sized for a whole config: an empty vector is read in growing probes
+    // (32, 32, 64, 128... bytes), a read each.
+    let mut stdin = Vec::with_capacity(16 << 10);
     if let Err(e) = std::io::stdin().lock().read_to_end(&mut stdin) {
         finish(Response {
             exit_code: 1,

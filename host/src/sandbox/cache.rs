@@ -417,7 +417,9 @@ impl ArtifactCache {
         if !meta.is_file() || owned_and_private(&meta, "the record").is_err() {
             return None;
         }
-        let mut text = String::new();
+        // Sized up front: an empty string is read in growing probes, five
+        // reads for a record of 146 bytes.
+        let mut text = String::with_capacity(256);
         file.take(256).read_to_string(&mut text).ok()?;
         let digest = text.trim_end().rsplit(' ').next()?;
         let valid = digest.len() == 64 && digest.bytes().all(|b| b.is_ascii_hexdigit());
