@@ -46,6 +46,20 @@ pub fn in_dir<T>(dir: &Path, mut op: impl FnMut() -> io::Result<T>) -> io::Resul
     }
 }
 
+/// Open (creating it, mode 0600) the lock file `path`, and its directory
+/// when that is missing: the state's and the stores' per-attachment and
+/// per-scope locks.
+pub fn open_lock_file(path: &Path) -> io::Result<File> {
+    in_dir(path.parent().unwrap_or(Path::new(".")), || {
+        fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(path)
+    })
+}
+
 /// Write via a temporary file, fsync and rename: a concurrent reader sees
 /// either no artifact or a whole one.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {

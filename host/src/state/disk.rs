@@ -4,14 +4,14 @@
 //! new one, never half of one. Locks live beside them under
 //! `<stateDir>/locks/`.
 
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::io;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use super::{AttachmentRecord, AttachmentRecords, Lock};
-use crate::fsutil::{in_dir, lock_gated, write_atomic, Locked};
+use crate::fsutil::{in_dir, lock_gated, open_lock_file, write_atomic, Locked};
 
 pub struct DiskRecords {
     root: PathBuf,
@@ -53,16 +53,8 @@ struct FileLock {
 /// a waiter that then gets the lock on the unlinked inode sees that the
 /// path no longer names it, and starts over on the new file.
 fn lock_file(path: &Path, deadline: Option<Instant>) -> io::Result<Lock> {
-    let dir = path.parent().unwrap_or(Path::new("."));
     loop {
-        let file = in_dir(dir, || {
-            OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .mode(0o600)
-                .open(path)
-        })?;
+        let file = open_lock_file(path)?;
         let held = match deadline {
             Some(d) => lock_gated(file, Some(d))?,
             None => lock_gated(file, Some(Instant::now())).map_err(|e| {
@@ -169,14 +161,7 @@ impl AttachmentRecords for DiskRecords {
 
     fn lock_all(&self) -> io::Result<Lock> {
         let path = self.locks.join("all.lock");
-        let file = in_dir(&self.locks, || {
-            OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .mode(0o600)
-                .open(&path)
-        })?;
+        let file = open_lock_file(&path)?;
         Ok(Box::new(FileLock {
             _held: lock_gated(file, None)?,
         }))

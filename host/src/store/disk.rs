@@ -14,16 +14,16 @@
 //! them was nearly half of what the store cost a call.
 
 use std::collections::HashMap;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Read};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use std::time::Instant;
 
 use super::{lock_failed, Entry, Owner, Scope, ScopeData, StateStore, StoreResult, Txn};
-use crate::fsutil::{in_dir, lock_gated, random, write_atomic, Locked};
+use crate::fsutil::{lock_gated, open_lock_file, random, write_atomic, Locked};
 
 pub struct DiskStore {
     root: PathBuf,
@@ -367,14 +367,7 @@ impl StateStore for DiskStore {
 
     fn begin_by(&self, scope: &Scope, deadline: Option<Instant>) -> StoreResult<Box<dyn Txn>> {
         let (path, lock_path) = self.files(scope);
-        let lock = in_dir(lock_path.parent().unwrap_or(Path::new(".")), || {
-            OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .mode(0o600)
-                .open(&lock_path)
-        })?;
+        let lock = open_lock_file(&lock_path)?;
         let lock = lock_gated(lock, deadline).map_err(|e| lock_failed(scope, e))?;
         sweep_temp_files(&path);
         let (data, built, stored) = read_scope(&path, self.cache.as_deref())?;

@@ -32,10 +32,9 @@
 //! or not at all.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::io;
 use std::net::IpAddr;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -49,7 +48,7 @@ use serde::Deserialize;
 use ipnet::IpNet;
 
 use super::{lock_failed, Entry, Scope, ScopeData, StateStore, StoreError, StoreResult, Txn, View};
-use crate::fsutil::{lock_gated, Locked};
+use crate::fsutil::{lock_gated, open_lock_file, Locked};
 
 /// The `store` object of a wasm-cni config with `"type": "etcd"`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize)]
@@ -672,14 +671,11 @@ impl Inner {
     }
 
     fn lock(&self, scope: &Scope, deadline: Option<Instant>) -> StoreResult<Locked> {
-        let dir = self.lock_root.join(&scope.network);
-        fs::create_dir_all(&dir)?;
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(dir.join(format!("{}.lock", scope.plugin)))?;
+        let path = self
+            .lock_root
+            .join(&scope.network)
+            .join(format!("{}.lock", scope.plugin));
+        let lock = open_lock_file(&path)?;
         lock_gated(lock, deadline).map_err(|e| lock_failed(scope, e))
     }
 }
