@@ -593,9 +593,9 @@ impl Home {
         if (meta.dev(), meta.ino()) == (shared.1, shared.2) {
             return Ok(Home::Shared(shared));
         }
-        let own = File::open(Self::OWN)?;
-        let meta = own.metadata()?;
-        Ok(Home::Own(OwnedFd::from(own), (meta.dev(), meta.ino())))
+        // The thread is where `meta` found it: it moves only in `in_netns`.
+        let own = OwnedFd::from(File::open(Self::OWN)?);
+        Ok(Home::Own(own, (meta.dev(), meta.ino())))
     }
 
     fn fd(&self) -> BorrowedFd<'_> {
@@ -605,7 +605,7 @@ impl Home {
         }
     }
 
-    /// The namespace's (device, inode), as `fstat` gives them.
+    /// The namespace's (device, inode), as `stat` gives them.
     fn key(&self) -> (u64, u64) {
         match self {
             Home::Own(_, key) => *key,

@@ -326,21 +326,13 @@ fn read_scope(path: &Path, cache: Option<&ScopeCache>) -> StoreResult<ReadScope>
         Err(e) => return Err(e.into()),
     };
     let meta = file.metadata()?;
-    let mut bytes = Vec::new();
+    let head = HEAD.len() + GEN_HEX + 1;
+    // Room for the head up front: into an empty vector `read_to_end`
+    // probes 32 bytes first, two reads for the head.
+    let mut bytes = Vec::with_capacity(head);
     if let Some(cache) = cache {
         // The head alone first: a hit reads no more of the file.
-        bytes.resize(HEAD.len() + GEN_HEX + 1, 0);
-        let mut got = 0;
-        // One read for the head (a `take` reads it in two).
-        while got < bytes.len() {
-            match file.read(&mut bytes[got..]) {
-                Ok(0) => break,
-                Ok(n) => got += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        bytes.truncate(got);
+        (&mut file).take(head as u64).read_to_end(&mut bytes)?;
         if let Some((mut data, built)) = cache.take(path, Stamp::of(&bytes, &meta).as_ref()) {
             // Rebuilt when read back, not when kept: a per-invocation
             // process keeps what it commits too, but reads it back only if
