@@ -521,7 +521,10 @@ fn exchange(
     let sent = send(&mut stream, &request.encode(), netns);
     // Tell the daemon the request is complete; the answer still comes back.
     let _ = stream.shutdown(std::net::Shutdown::Write);
-    match (Response::read(&mut stream), sent) {
+    // Through a buffer: the answer's five fields in one or two reads, not
+    // a read each. Nothing follows the answer on this connection.
+    let answer = Response::read(&mut std::io::BufReader::with_capacity(4096, &stream));
+    match (answer, sent) {
         (Ok(r), _) => Ok(r),
         (Err(_), Err(e)) if reset(&e) => Err(Failure::Unread(format!("sending the request: {e}"))),
         (Err(_), Err(e)) if gone(&e) => Err(Failure::Lost(format!("sending the request: {e}"))),

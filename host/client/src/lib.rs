@@ -14,6 +14,7 @@
 
 #![warn(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+pub mod arena;
 pub mod forward;
 pub mod wire;
 

@@ -17,6 +17,11 @@ use wasm_cni_client::forward;
 use wasm_cni_client::wire::Response;
 use wasm_cni_client::{code, error_json};
 
+/// One call's allocations, faulted in once and never given back
+/// (`arena`'s reasons); 256 KiB of address space, in `.bss`.
+#[global_allocator]
+static ALLOC: wasm_cni_client::arena::Arena<{ 256 << 10 }> = wasm_cni_client::arena::Arena::new();
+
 /// The engine's file name, beside this program.
 const ENGINE: &str = "wasm-cni-engine";
 
