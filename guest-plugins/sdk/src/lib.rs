@@ -14,6 +14,7 @@
 //!   container link, STATUS/GC forwarded to IPAM); [`stacked`]: what the
 //!   plugins whose link sits on a master share (macvlan, macvtap, ipvlan,
 //!   vlan);
+//! * [`arena`]: the guest's allocator (feature `arena`, on by default);
 //! * [`fake`] (tests or feature `fake`): an in-memory host for native unit
 //!   tests, and [`fake::suite`], assertions the plugins' tests share.
 
@@ -24,6 +25,7 @@
 
 extern crate self as wasm_cni_sdk;
 
+pub mod arena;
 pub mod args;
 pub mod check;
 pub mod config;
