@@ -146,6 +146,40 @@ fn quarantine_never_used_first_then_longest_released() {
     eprintln!("first ADD (compiling the component): {first_add:?}");
 }
 
+/// The SDK's allocator serves a call from the guest's initial memory
+/// (`wasm_cni_sdk::arena`), so an ADD and a DEL grow no memory: a grow is
+/// a change of page protections in the host on the way up and another as
+/// the reused instance shrinks back, each a TLB shootdown across its
+/// threads. Read from the engine's debug line per call; with the standard
+/// allocator every call grew its memory once.
+#[test]
+fn an_add_and_a_del_fit_the_plugins_initial_memory() {
+    let sb = sandbox("initmem");
+    let conf = conf(
+        &sb,
+        "initmemn",
+        json!({"ranges": [[{"subnet": "10.72.0.0/24"}]]}),
+    );
+    for verb in ["ADD", "DEL"] {
+        let out = Invocation::new(verb)
+            .id("c1")
+            .env("WASM_CNI_LOG", "debug")
+            .run(&conf);
+        out.assert_ok();
+        let lines: Vec<&str> = out
+            .stderr
+            .lines()
+            .filter(|l| l.contains("KiB of linear memory"))
+            .collect();
+        assert_eq!(lines.len(), 1, "one call, one line: {}", out.stderr);
+        assert!(
+            lines[0].contains("host-local") && lines[0].ends_with("grown 0 times in the call"),
+            "{verb}: {}",
+            lines[0]
+        );
+    }
+}
+
 #[test]
 fn reuse_quarantined_takes_the_longest_released_at_once() {
     let sb = sandbox("reuseq");

@@ -146,6 +146,9 @@ pub struct MemoryCap {
     memory_total: usize,
     /// Elements held by every table together.
     table_total: usize,
+    /// Grows of a memory that already existed: a call that fits its
+    /// initial memory makes none (and so no change of page protections).
+    grown: u32,
 }
 
 impl MemoryCap {
@@ -154,7 +157,14 @@ impl MemoryCap {
             max_bytes: usize::try_from(max_bytes).unwrap_or(usize::MAX),
             memory_total: 0,
             table_total: 0,
+            grown: 0,
         }
+    }
+
+    /// Bytes of linear memory held now, and how many times a memory grew
+    /// after it was created.
+    pub fn usage(&self) -> (usize, u32) {
+        (self.memory_total, self.grown)
     }
 }
 
@@ -179,6 +189,9 @@ impl ResourceLimiter for MemoryCap {
             }));
         }
         self.memory_total = total;
+        if current > 0 {
+            self.grown = self.grown.saturating_add(1);
+        }
         Ok(true)
     }
 
@@ -393,6 +406,19 @@ mod tests {
         assert!(cap.memory_growing(0, 256 << 10, None).unwrap());
         assert!(cap.memory_growing(256 << 10, 768 << 10, None).unwrap());
         assert!(cap.memory_growing(0, 512 << 10, None).is_err());
+    }
+
+    #[test]
+    fn creating_a_memory_is_not_counted_as_growing_it() {
+        let mut cap = MemoryCap::new(1 << 20);
+        assert!(cap.memory_growing(0, 128 << 10, None).unwrap());
+        assert!(cap.memory_growing(0, 64 << 10, None).unwrap());
+        assert_eq!(cap.usage(), (192 << 10, 0));
+        assert!(cap.memory_growing(64 << 10, 128 << 10, None).unwrap());
+        assert_eq!(cap.usage(), (256 << 10, 1));
+        // A refused grow holds nothing more and is not counted.
+        assert!(cap.memory_growing(128 << 10, 2 << 20, None).is_err());
+        assert_eq!(cap.usage(), (256 << 10, 1));
     }
 
     #[test]
