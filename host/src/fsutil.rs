@@ -158,13 +158,17 @@ pub fn lock_exclusive(file: &File, deadline: Option<Instant>) -> io::Result<()> 
 pub struct Locked {
     // Declared first, so dropped first: the flock is free before the next
     // thread in this process is let through, and its first try succeeds.
-    file: File,
+    _file: File,
     _gate: GateGuard,
+    /// The file's device and inode, as stated when it was locked.
+    id: (u64, u64),
 }
 
 impl Locked {
-    pub fn file(&self) -> &File {
-        &self.file
+    /// The locked file's (device, inode): a descriptor's file never
+    /// changes, so what was stated to lock it stays true.
+    pub fn identity(&self) -> (u64, u64) {
+        self.id
     }
 }
 
@@ -183,9 +187,14 @@ impl Locked {
 pub fn lock_gated(file: File, deadline: Option<Instant>) -> io::Result<Locked> {
     use std::os::unix::fs::MetadataExt;
     let meta = file.metadata()?;
-    let gate = Gate::of(meta.dev(), meta.ino()).enter(deadline)?;
+    let id = (meta.dev(), meta.ino());
+    let gate = Gate::of(id.0, id.1).enter(deadline)?;
     lock_exclusive(&file, deadline)?;
-    Ok(Locked { file, _gate: gate })
+    Ok(Locked {
+        _file: file,
+        _gate: gate,
+        id,
+    })
 }
 
 /// One file's queue of this process's threads.

@@ -65,10 +65,7 @@ fn lock_file(path: &Path, deadline: Option<Instant>) -> io::Result<Lock> {
                 }
             })?,
         };
-        let same = match (held.file().metadata(), fs::metadata(path)) {
-            (Ok(held), Ok(now)) => held.ino() == now.ino() && held.dev() == now.dev(),
-            _ => false,
-        };
+        let same = fs::metadata(path).is_ok_and(|now| held.identity() == (now.dev(), now.ino()));
         if same {
             return Ok(Box::new(FileLock { _held: held }));
         }
