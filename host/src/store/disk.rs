@@ -20,7 +20,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::{lock_failed, Entry, Owner, Scope, ScopeData, StateStore, StoreResult, Txn};
 use crate::fsutil::{lock_gated, open_lock_file, random, write_atomic, Locked};
@@ -62,7 +62,17 @@ impl DiskStore {
 pub struct ScopeCache {
     // Held only to take or put one scope, never across I/O.
     scopes: Mutex<HashMap<PathBuf, Cached>>,
+    /// When each scope's directory was last swept of orphaned temporary
+    /// files ([`sweep_temp_files`]). Held only to look one up.
+    swept: Mutex<HashMap<PathBuf, Instant>>,
 }
+
+/// How often a daemon sweeps a scope's directory. Orphans come only from a
+/// writer killed mid-commit (a per-invocation call, which sweeps on its own
+/// first transaction); they are never read, so a minute's delay costs
+/// nothing, where a sweep on every transaction is a directory listing per
+/// IPAM operation.
+pub const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
 pub const CACHE_SCOPES: usize = 64;
 pub const CACHE_BYTES: u64 = 16 << 20;
@@ -126,6 +136,25 @@ impl ScopeCache {
             }
         }
         scopes.insert(path, Cached { stamp, data, built });
+    }
+
+    /// Whether `path`'s directory is due a sweep at `now`; if so, it counts
+    /// as swept from then.
+    fn sweep_due(&self, path: &Path, now: Instant) -> bool {
+        let mut swept = self.swept.lock().unwrap_or_else(PoisonError::into_inner);
+        if swept
+            .get(path)
+            .is_some_and(|at| now.saturating_duration_since(*at) < SWEEP_EVERY)
+        {
+            return false;
+        }
+        // Paths are a node's scopes, few; a map of every one a long-lived
+        // daemon ever saw is still bounded.
+        if swept.len() >= 4 * CACHE_SCOPES {
+            swept.retain(|_, at| now.saturating_duration_since(*at) < SWEEP_EVERY);
+        }
+        swept.insert(path.to_path_buf(), now);
+        true
     }
 
     /// Scopes and file bytes held now.
@@ -361,7 +390,15 @@ impl StateStore for DiskStore {
         let (path, lock_path) = self.files(scope);
         let lock = open_lock_file(&lock_path)?;
         let lock = lock_gated(lock, deadline).map_err(|e| lock_failed(scope, e))?;
-        sweep_temp_files(&path);
+        // A process of one call sweeps on its transaction; a daemon, which
+        // keeps a cache, once a minute per scope.
+        if self
+            .cache
+            .as_deref()
+            .is_none_or(|c| c.sweep_due(&path, Instant::now()))
+        {
+            sweep_temp_files(&path);
+        }
         let (data, built, stored) = read_scope(&path, self.cache.as_deref())?;
         Ok(Box::new(DiskTxn {
             _lock: lock,
@@ -632,6 +669,37 @@ mod tests {
         drop(store.begin(&scope).unwrap());
         assert!(!r.join("n/.p.json.12345.tmp").exists());
         assert!(r.join("n/.other.json.1.tmp").exists());
+        fs::remove_dir_all(&r).unwrap();
+    }
+
+    #[test]
+    fn a_daemon_sweeps_a_scope_once_a_minute() {
+        let r = root("sweep-daemon");
+        let cache = Arc::new(ScopeCache::default());
+        let daemon = DiskStore::new(&r).with_cache(cache.clone());
+        let scope = Scope {
+            network: "n".into(),
+            plugin: "p".into(),
+            data_dir: None,
+        };
+        let orphan = r.join("n/.p.json.999.tmp");
+        fs::create_dir_all(r.join("n")).unwrap();
+        fs::write(&orphan, b"half").unwrap();
+        drop(daemon.begin(&scope).unwrap());
+        assert!(!orphan.exists(), "the first transaction sweeps");
+        fs::write(&orphan, b"half").unwrap();
+        drop(daemon.begin(&scope).unwrap());
+        assert!(orphan.exists(), "the next ones within the minute do not");
+        // A process of one call (no cache) sweeps every time.
+        drop(DiskStore::new(&r).begin(&scope).unwrap());
+        assert!(!orphan.exists());
+        // A minute on, the daemon is due again; another scope never waits
+        // for this one's minute.
+        let path = r.join("n/p.json");
+        let later = Instant::now() + SWEEP_EVERY;
+        assert!(cache.sweep_due(&path, later));
+        assert!(!cache.sweep_due(&path, later));
+        assert!(cache.sweep_due(&r.join("n/q.json"), Instant::now()));
         fs::remove_dir_all(&r).unwrap();
     }
 
