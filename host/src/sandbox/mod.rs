@@ -792,14 +792,12 @@ impl Runtime {
                 .instantiate(&mut store)
                 .and_then(|inst| compat::call_v0_1(inst.cni_plugin_plugin(), &mut store, call)),
         };
-        if crate::log::enabled(crate::log::Level::Debug) {
-            let (bytes, grown) = store.data().memory.usage();
-            crate::log::debug(format_args!(
-                "{}: {verb}: {} KiB of linear memory, grown {grown} times in the call",
-                plugin.name,
-                bytes >> 10
-            ));
-        }
+        let (bytes, grown) = store.data().memory.usage();
+        crate::log::debug(format_args!(
+            "{}: {verb}: {} KiB of linear memory, grown {grown} times in the call",
+            plugin.name,
+            bytes >> 10
+        ));
 
         let aborted = |cause| CallError::Aborted {
             plugin: plugin.name.clone(),
