@@ -1,7 +1,10 @@
 //! Scopes as files: `<root>/<network>/<plugin>.json`, locked with flock on
-//! `<root>/<network>/<plugin>.lock`. The JSON is replaced atomically (temp
-//! file, fsync, rename), so a crash at any point leaves the previous or the
-//! next committed state, never a torn one.
+//! `<root>/<network>/<plugin>.lock`. The JSON is replaced atomically: the
+//! new version is written into the previous one, kept beside it as
+//! `.<plugin>.json.spare`, fsynced, and the two trade names in one rename
+//! ([`write_exchange`]). A crash at any point leaves the previous or the
+//! next committed state, never a torn one. Every reader holds the lock, so
+//! none is still reading the spare when it is rewritten.
 //!
 //! Each commit writes a fresh random generation first in the file
 //! (`{"gen":"…",…}`; readers without it ignore the key). A daemon keeps the
@@ -23,7 +26,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::{lock_failed, Entry, Owner, Scope, ScopeData, StateStore, StoreResult, Txn};
-use crate::fsutil::{lock_gated, open_lock_file, random, write_atomic, Locked};
+use crate::fsutil::{lock_gated, open_lock_file, random, write_exchange, Locked};
 
 pub struct DiskStore {
     root: PathBuf,
@@ -296,7 +299,7 @@ impl Txn for DiskTxn {
             .map(|b| format!("{b:02x}"))
             .collect();
         let bytes = write_scope(&gen, &self.data);
-        write_atomic(&self.path, &bytes)?;
+        write_exchange(&self.path, &spare_of(&self.path), &bytes)?;
         // Still under the lock: the file is the one just written.
         let DiskTxn {
             _lock,
@@ -313,6 +316,15 @@ impl Txn for DiskTxn {
         }
         Ok(())
     }
+}
+
+/// Where a scope's previous version is kept to be written over next.
+fn spare_of(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy())
+        .unwrap_or_default();
+    path.with_file_name(format!(".{name}.spare"))
 }
 
 /// Entries below which a kept map is never rebuilt: its nodes are few.
@@ -669,6 +681,26 @@ mod tests {
         drop(store.begin(&scope).unwrap());
         assert!(!r.join("n/.p.json.12345.tmp").exists());
         assert!(r.join("n/.other.json.1.tmp").exists());
+        fs::remove_dir_all(&r).unwrap();
+    }
+
+    // A scope's previous version stays beside it to be written over: it is
+    // neither a scope of the network nor a killed writer's file to sweep,
+    // and a scope read back is the last one committed, in either process.
+    #[test]
+    fn the_spare_version_is_kept_but_never_listed_or_read() {
+        let r = root("spare");
+        let daemon = DiskStore::new(&r).with_cache(Arc::new(ScopeCache::default()));
+        let other = DiskStore::new(&r);
+        let s = scope("p");
+        put(&daemon, &s, "k", "1");
+        put(&other, &s, "k", "2");
+        put(&daemon, &s, "k", "3");
+        assert!(r.join("n/.p.json.spare").is_file());
+        assert_eq!(other.scopes("n").unwrap(), vec!["p".to_string()]);
+        assert_eq!(get(&other, &s, "k").as_deref(), Some("3"));
+        assert_eq!(get(&daemon, &s, "k").as_deref(), Some("3"));
+        assert!(r.join("n/.p.json.spare").is_file(), "not swept");
         fs::remove_dir_all(&r).unwrap();
     }
 
