@@ -90,13 +90,14 @@ struct Peek {
     connect_wait: Duration,
 }
 
-/// How long the chain of a request's config may take: every plugin's and
-/// IPAM delegate's deadline, summed (the default when there is no chain).
-pub fn budget_of(stdin: &[u8]) -> Duration {
-    let Ok(Value::Object(conf)) = serde_json::from_slice::<Value>(stdin) else {
+/// How long the chain of a request's config (parsed) may take: every
+/// plugin's and IPAM delegate's deadline, summed (the default when there is
+/// no chain).
+pub fn budget_of(conf: &Value) -> Duration {
+    let Value::Object(conf) = conf else {
         return Duration::from_millis(DEFAULT_DEADLINE_MS);
     };
-    budget(&conf)
+    budget(conf)
 }
 
 fn budget(conf: &serde_json::Map<String, Value>) -> Duration {

@@ -565,13 +565,25 @@ fn handle(shared: &Shared, stream: UnixStream, mut peer: Peer, guard: ConnGuard,
     let level = var("WASM_CNI_LOG")
         .and_then(Level::parse)
         .unwrap_or(log::DEFAULT_LEVEL);
-    let cni_version = cni_version_of(&request.stdin);
+    // What the daemon itself reads of the config, parsed once here; the
+    // chain parses it again as a per-invocation call would.
+    let conf = serde_json::from_slice::<Value>(&request.stdin).unwrap_or_default();
+    let cni_version = conf
+        .get("cniVersion")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let network = conf
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
     // Past this instant the client would give up before the chain could
     // finish: such a request is not started.
     let start_by = request.wait_ms.map(|w| {
-        let budget = client::budget_of(&request.stdin);
+        let budget = client::budget_of(&conf);
         started + Duration::from_millis(u64::from(w)).saturating_sub(budget)
     });
+    drop(conf);
     let stopping = || {
         let code = match verb.as_str() {
             "STATUS" => ErrorCode::StatusUnavailable,
@@ -585,7 +597,7 @@ fn handle(shared: &Shared, stream: UnixStream, mut peer: Peer, guard: ConnGuard,
     };
     let key = match verb.as_str() {
         "ADD" | "DEL" | "CHECK" => Some((
-            network_of(&request.stdin),
+            network.clone(),
             var("CNI_CONTAINERID").unwrap_or_default().to_string(),
             var("CNI_IFNAME").unwrap_or_default().to_string(),
         )),
@@ -593,7 +605,7 @@ fn handle(shared: &Shared, stream: UnixStream, mut peer: Peer, guard: ConnGuard,
     };
     let turn = key.map(|k| shared.turns.enter(k));
     if verb == "GC" {
-        shared.turns.settle(&network_of(&request.stdin));
+        shared.turns.settle(&network);
     }
     // What waited for a slot or its turn may have been given up on.
     if client_gone(&stream) {
@@ -704,21 +716,6 @@ fn undo_add(shared: &Shared, vars: &[(String, String)], stdin: &[u8], peer: &Pee
         outcome = if out.exit_code == 0 { "ok" } else { "error" },
         "the undelivered ADD was deleted"
     );
-}
-
-/// `cniVersion` of a request's config, for its error answers.
-fn cni_version_of(stdin: &[u8]) -> Option<String> {
-    serde_json::from_slice::<Value>(stdin)
-        .ok()
-        .and_then(|v| v.get("cniVersion")?.as_str().map(str::to_string))
-}
-
-/// The network a request is for, to order requests per attachment.
-fn network_of(stdin: &[u8]) -> String {
-    serde_json::from_slice::<Value>(stdin)
-        .ok()
-        .and_then(|v| v.get("name")?.as_str().map(str::to_string))
-        .unwrap_or_default()
 }
 
 /// A peer's request, read under `deadline`, and the descriptors that came
