@@ -110,12 +110,14 @@ pub fn write_exchange(path: &Path, spare: &Path, bytes: &[u8]) -> io::Result<()>
     use std::os::unix::fs::FileExt;
     // The spare is only a saving: whatever is in its way, the file is
     // still written.
-    let Ok(f) = open_spare(spare) else {
+    let Ok((f, had)) = open_spare(spare) else {
         return write_atomic(path, bytes);
     };
+    let len = bytes.len() as u64;
     let written = f
         .write_all_at(bytes, 0)
-        .and_then(|()| f.set_len(bytes.len() as u64))
+        // Only a longer spare has a tail to cut.
+        .and_then(|()| if had > len { f.set_len(len) } else { Ok(()) })
         .and_then(|()| f.sync_all());
     drop(f);
     if let Err(e) = written {
@@ -132,9 +134,9 @@ pub fn write_exchange(path: &Path, spare: &Path, bytes: &[u8]) -> io::Result<()>
     }
 }
 
-/// `spare` opened for writing if it is a regular file of one name (created
-/// when missing), else removed and made anew.
-fn open_spare(spare: &Path) -> io::Result<File> {
+/// `spare` opened for writing, with its length, if it is a regular file of
+/// one name (created when missing), else removed and made anew.
+fn open_spare(spare: &Path) -> io::Result<(File, u64)> {
     use std::os::unix::fs::MetadataExt;
     let open = |create_new: bool| {
         fs::OpenOptions::new()
@@ -151,14 +153,14 @@ fn open_spare(spare: &Path) -> io::Result<File> {
         Ok(f) => {
             let meta = f.metadata()?;
             if meta.is_file() && meta.nlink() == 1 {
-                return Ok(f);
+                return Ok((f, meta.len()));
             }
         }
         Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENXIO)) => {}
         Err(e) => return Err(e),
     }
     fs::remove_file(spare)?;
-    open(true)
+    Ok((open(true)?, 0))
 }
 
 /// Whether a file could be written in `dir` now (created as a write
@@ -416,6 +418,12 @@ mod tests {
             "the first inode is back, rewritten"
         );
         assert_eq!(fs::metadata(&file).unwrap().mode() & 0o777, 0o600);
+        // Into the shorter spare ("second"): it grows to exactly the bytes.
+        write_exchange(&file, &spare, b"a fourth, longer than the second").unwrap();
+        assert_eq!(
+            fs::read(&file).unwrap(),
+            b"a fourth, longer than the second"
+        );
         fs::remove_dir_all(&dir).unwrap();
     }
 
