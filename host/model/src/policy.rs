@@ -183,10 +183,14 @@ impl PortGrant {
     /// (JSON). Entries that do not parse grant nothing (the plugin refuses
     /// them itself, naming them).
     pub fn from_config(config: &str) -> Vec<PortGrant> {
-        let Ok(v) = serde_json::from_str::<Value>(config) else {
-            return Vec::new();
-        };
-        let Some(list) = v
+        serde_json::from_str::<Value>(config).map_or_else(|_| Vec::new(), |v| Self::from_value(&v))
+    }
+
+    /// The same, of the config before it is written out: the host builds
+    /// each plugin's config as a value and grants from it, rather than
+    /// parsing back what it just wrote.
+    pub fn from_value(config: &Value) -> Vec<PortGrant> {
+        let Some(list) = config
             .pointer("/runtimeConfig/portMappings")
             .and_then(Value::as_array)
         else {

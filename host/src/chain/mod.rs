@@ -39,7 +39,7 @@ use crate::image::trust::Policy;
 use crate::image::{ImageError, ImageRef, ImageStore};
 use crate::log;
 use crate::net::{LinkId, Net};
-use crate::sandbox::policy::{ConfigGrants, Side};
+use crate::sandbox::policy::{ConfigGrants, PortGrant, Side};
 use crate::sandbox::{
     convert, wit, CallError, CreatedLinks, Faults, Holder, Limits, Plugin, Runtime,
 };
@@ -679,17 +679,22 @@ impl Executor {
         &self,
         step: &Step<'_>,
         prev: Option<&CniResult>,
-    ) -> Result<String, HostError> {
+    ) -> Result<PluginConfig, HostError> {
         let prev_json = match prev {
             Some(p) => Some(p.to_json(&self.conf.cni_version)?),
             None => None,
         };
         let gc_or_status = matches!(step.command, Command::Gc | Command::Status);
-        let map = self
-            .conf
-            .plugin_config(step.entry, prev_json.as_ref(), gc_or_status);
-        serde_json::to_string(&Value::Object(map))
-            .map_err(|e| HostError::internal(format!("serialising plugin config: {e}")))
+        let config = Value::Object(self.conf.plugin_config(
+            step.entry,
+            prev_json.as_ref(),
+            gc_or_status,
+        ));
+        Ok(PluginConfig {
+            text: serde_json::to_string(&config)
+                .map_err(|e| HostError::internal(format!("serialising plugin config: {e}")))?,
+            ports: PortGrant::from_value(&config),
+        })
     }
 
     fn report(
@@ -722,6 +727,12 @@ fn reported_by_plugin(e: &HostError) -> bool {
         HostError::Call(CallError::Plugin { .. }) => true,
         _ => false,
     }
+}
+
+/// A step's config as the plugin gets it, and the port mappings it grants.
+struct PluginConfig {
+    text: String,
+    ports: Vec<PortGrant>,
 }
 
 fn request_for(att: &Attachment, config: String, prev: Option<&CniResult>) -> wit::Request {

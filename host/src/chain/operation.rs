@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use super::services::StepServices;
 use super::{
     cleanup, effects, native, prior_links, recorded, reported_by_plugin, request_for, union,
-    Attachment, Executor, Step,
+    Attachment, Executor, PluginConfig, Step,
 };
 use crate::cni::config::ChainEntry;
 use crate::cni::result::{self, CniResult};
@@ -370,8 +370,9 @@ impl<'e> Operation<'e> {
     }
 
     fn release_ipam(&self, step: &Step<'_>, ipam_type: &str) -> Result<(), HostError> {
-        let request = request_for(self.att, self.exec.plugin_config(step, None)?, None);
-        self.services(step, Command::Del, &request, None)
+        let PluginConfig { text, ports } = self.exec.plugin_config(step, None)?;
+        let request = request_for(self.att, text, None);
+        self.services(step, Command::Del, &request, ports, None)
             .run_ipam_direct(ipam_type)
     }
 
@@ -437,7 +438,7 @@ impl<'e> Operation<'e> {
         self.ledger.lock().map(|l| l.clone()).unwrap_or_default()
     }
 
-    fn net_access(&self, entry: &ChainEntry, command: Command, config: &str) -> NetAccess {
+    fn net_access(&self, entry: &ChainEntry, command: Command, ports: Vec<PortGrant>) -> NetAccess {
         let exec = self.exec;
         let att = self.att;
         NetAccess {
@@ -451,7 +452,7 @@ impl<'e> Operation<'e> {
             config: ConfigGrants::from_config(&entry.plugin_type, &entry.raw),
             ledger: self.ledger.clone(),
             on_created: self.on_created.clone(),
-            ports: PortGrant::from_config(config),
+            ports,
             filter: exec.filter.as_ref().map(|backend| FilterAccess {
                 backend: backend.clone(),
                 tag: Tag::new(&exec.conf.name, &att.container_id, &att.ifname),
@@ -465,6 +466,7 @@ impl<'e> Operation<'e> {
         step: &Step<'_>,
         command: Command,
         request: &wit::Request,
+        ports: Vec<PortGrant>,
         valid: Option<&[wit::Attachment]>,
     ) -> StepServices {
         let exec = self.exec;
@@ -473,7 +475,7 @@ impl<'e> Operation<'e> {
             exec.runtime.clone(),
             (step.index, exec.steps.clone()),
             exec.store.clone(),
-            Some(self.net_access(entry, command, &request.config)),
+            Some(self.net_access(entry, command, ports)),
             &exec.natives,
             &exec.conf.image_dir,
             &exec.conf.name,
@@ -500,7 +502,10 @@ impl<'e> Operation<'e> {
     ) -> Result<Option<CniResult>, (HostError, Option<String>)> {
         let exec = self.exec;
         let at = |e: HostError| (e.in_step(step.index, &step.entry.plugin_type), None);
-        let config = exec.plugin_config(step, prev).map_err(at)?;
+        let PluginConfig {
+            text: config,
+            ports,
+        } = exec.plugin_config(step, prev).map_err(at)?;
         let plugin = match exec.load(&step.entry.plugin_type, &step.entry.limits) {
             Ok(p) => p,
             Err(CallError::NotFound { plugin, dir, .. }) => {
@@ -528,7 +533,7 @@ impl<'e> Operation<'e> {
             Err(e) => return Err(at(e.into())),
         };
         let request = request_for(self.att, config.clone(), prev);
-        let services = Arc::new(self.services(step, step.command, &request, valid));
+        let services = Arc::new(self.services(step, step.command, &request, ports, valid));
         let call = match step.command {
             Command::Add => Call::Add(&request),
             Command::Del => Call::Del(&request),
