@@ -103,8 +103,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// a regular file with one name; anything else there is removed and a new
 /// spare made, so a planted symlink, hard link or FIFO is never written
 /// through or waited on; a spare that cannot be made (a directory in its
-/// place) leaves the write to [`write_atomic`]. The first write (no file yet), or a filesystem
-/// that cannot exchange, renames the spare over the file instead.
+/// place) leaves the write to [`write_atomic`]. The first write (no file
+/// yet), or a filesystem that cannot exchange, renames the spare over the
+/// file instead.
 pub fn write_exchange(path: &Path, spare: &Path, bytes: &[u8]) -> io::Result<()> {
     use rustix::fs::{renameat_with, RenameFlags, CWD};
     use std::os::unix::fs::FileExt;
