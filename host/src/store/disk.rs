@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use std::time::{Duration, Instant};
 
-use super::{lock_failed, Entry, Owner, Scope, ScopeData, StateStore, StoreResult, Txn};
+use super::{file, lock_failed, Scope, ScopeData, StateStore, StoreResult, Txn};
 use crate::fsutil::{lock_gated, open_lock_file, random, write_exchange, Locked};
 
 pub struct DiskStore {
@@ -167,109 +167,6 @@ impl ScopeCache {
     }
 }
 
-/// The file as written: `{"gen":…}` then the scope's own keys, byte for
-/// byte what `serde_json` writes for them, written directly. At
-/// host-local's history cap serde's serializer was 18 % of a
-/// per-invocation call, most of it escaping strings a byte at a time that
-/// never need it (addresses, container ids). Every field is destructured,
-/// so a field added to an entry does not compile until it is written here.
-fn write_scope(gen: &str, data: &ScopeData) -> Vec<u8> {
-    let ScopeData { entries, values } = data;
-    // Entries are about 180 bytes as host-local writes them.
-    let mut out = Vec::with_capacity(64 + entries.len() * 192 + values.len() * 64);
-    out.extend_from_slice(b"{\"gen\":");
-    write_str(&mut out, gen);
-    out.extend_from_slice(b",\"entries\":{");
-    for (i, (key, entry)) in entries.iter().enumerate() {
-        let Entry {
-            owner: Owner {
-                container_id,
-                ifname,
-            },
-            allocated_at,
-            released_at,
-            node,
-        } = entry;
-        if i > 0 {
-            out.push(b',');
-        }
-        write_str(&mut out, key);
-        out.extend_from_slice(b":{\"owner\":{\"containerId\":");
-        write_str(&mut out, container_id);
-        out.extend_from_slice(b",\"ifname\":");
-        write_str(&mut out, ifname);
-        out.extend_from_slice(b"},\"allocatedAt\":");
-        write_u64(&mut out, *allocated_at);
-        if let Some(t) = released_at {
-            out.extend_from_slice(b",\"releasedAt\":");
-            write_u64(&mut out, *t);
-        }
-        if let Some(n) = node {
-            out.extend_from_slice(b",\"node\":");
-            write_str(&mut out, n);
-        }
-        out.push(b'}');
-    }
-    out.extend_from_slice(b"},\"values\":{");
-    for (i, (name, value)) in values.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        write_str(&mut out, name);
-        out.push(b':');
-        write_str(&mut out, value);
-    }
-    out.extend_from_slice(b"}}");
-    out
-}
-
-/// `s` as a JSON string, escaped as `serde_json` escapes it: `"` and `\\`,
-/// the five short control escapes, other controls as `\u00xx`.
-fn write_str(out: &mut Vec<u8>, s: &str) {
-    out.push(b'"');
-    let bytes = s.as_bytes();
-    let mut start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        let short = match b {
-            b'"' => b'"',
-            b'\\' => b'\\',
-            b'\n' => b'n',
-            b'\r' => b'r',
-            b'\t' => b't',
-            0x08 => b'b',
-            0x0c => b'f',
-            0..=0x1f => 0,
-            _ => continue,
-        };
-        out.extend_from_slice(&bytes[start..i]);
-        start = i + 1;
-        if short == 0 {
-            const HEX: &[u8; 16] = b"0123456789abcdef";
-            out.extend_from_slice(b"\\u00");
-            out.push(HEX[usize::from(b >> 4)]);
-            out.push(HEX[usize::from(b & 0xf)]);
-        } else {
-            out.extend_from_slice(&[b'\\', short]);
-        }
-    }
-    out.extend_from_slice(&bytes[start..]);
-    out.push(b'"');
-}
-
-fn write_u64(out: &mut Vec<u8>, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[at..]);
-}
-
 struct DiskTxn {
     // Held for the life of the transaction. Declared first so that it is
     // dropped first: freeing a scope of thousands of entries is not work
@@ -298,7 +195,7 @@ impl Txn for DiskTxn {
             .iter()
             .map(|b| format!("{b:02x}"))
             .collect();
-        let bytes = write_scope(&gen, &self.data);
+        let bytes = file::write(&gen, &self.data);
         write_exchange(&self.path, &spare_of(&self.path), &bytes)?;
         // Still under the lock: the file is the one just written.
         let DiskTxn {
@@ -384,7 +281,7 @@ fn read_scope(path: &Path, cache: Option<&ScopeCache>) -> StoreResult<ReadScope>
     }
     bytes.reserve(usize::try_from(meta.len()).unwrap_or(0));
     file.read_to_end(&mut bytes)?;
-    let data = serde_json::from_slice(&bytes).map_err(|e| {
+    let data = file::read(&bytes).map_err(|e| {
         io::Error::new(
             io::ErrorKind::InvalidData,
             format!("{}: {e}", path.display()),
@@ -797,47 +694,6 @@ mod tests {
     /// the interface name; a plugin: the values (any string). What they
     /// must not gain: a file that reads back as anything else, a key of
     /// their making. The file is what serde_json writes, byte for byte.
-    #[test]
-    fn the_scope_is_written_as_serde_json_writes_it() {
-        #[derive(serde::Serialize)]
-        struct Stamped<'a> {
-            gen: &'a str,
-            #[serde(flatten)]
-            data: &'a ScopeData,
-        }
-        let every: String = (0u8..0x80)
-            .map(char::from)
-            .chain(['é', '→', '\u{2028}', '😀'])
-            .collect();
-        let odd = ["", "eth0", "a\"},\"x\":{\"", "c\\\"", every.as_str()];
-        let mut data = ScopeData::default();
-        for (i, s) in odd.iter().enumerate() {
-            data.entries.insert(
-                format!("10.0.0.{i}{s}"),
-                Entry {
-                    owner: Owner {
-                        container_id: s.to_string(),
-                        ifname: format!("{s}{i}"),
-                    },
-                    allocated_at: [0, 1, 9, 10, u64::MAX][i],
-                    released_at: (i % 2 == 1).then_some(u64::MAX - i as u64),
-                    node: (i > 2).then(|| s.to_string()),
-                },
-            );
-            data.values.insert(format!("v{i}{s}"), s.to_string());
-        }
-        let gen = "0123456789abcdef0123456789abcdef";
-        for data in [ScopeData::default(), data] {
-            let written = write_scope(gen, &data);
-            let serde = serde_json::to_vec(&Stamped { gen, data: &data }).unwrap();
-            assert_eq!(
-                String::from_utf8_lossy(&written),
-                String::from_utf8_lossy(&serde)
-            );
-            assert_eq!(serde_json::from_slice::<ScopeData>(&written).unwrap(), data);
-        }
-    }
-
     #[test]
     fn a_transaction_knows_its_files_length_parsed_or_kept() {
         let r = root("stored");

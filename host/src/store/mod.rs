@@ -11,6 +11,7 @@
 pub mod admin;
 mod disk;
 pub mod etcd;
+pub mod file;
 #[cfg(any(test, feature = "fake"))]
 mod memory;
 
