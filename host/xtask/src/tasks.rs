@@ -528,6 +528,7 @@ const FUZZ_TARGETS: &[&str] = &[
     "plugin_test_inputs",
     "etcd_replies",
     "oci_replies",
+    "scope_file",
 ];
 /// Per target, so that all of them together stay within about two minutes.
 pub const FUZZ_SECONDS: u64 = 25;
