@@ -300,7 +300,9 @@ fn seed_history(dir: &Path) -> io::Result<()> {
         .map_err(io::Error::other)?
         .as_millis() as u64;
     let released = released.saturating_sub(3_600_000);
-    let mut entries = serde_json::Map::new();
+    // In the order and with the generation wasm-cni writes: what a node
+    // holds once wasm-cni has committed the scope.
+    let mut entries = std::collections::BTreeMap::new();
     for i in 0..HISTORY_CAP as u64 {
         // From 10.88.1.1: clear of the gateway, 250 to a /24.
         let ip = format!("10.88.{}.{}", 1 + i / 250, 1 + i % 250);
@@ -314,7 +316,8 @@ fn seed_history(dir: &Path) -> io::Result<()> {
         );
     }
     std::fs::create_dir_all(dir)?;
-    let file = json!({"entries": entries, "values": {}});
+    let gen = "0123456789abcdef0123456789abcdef";
+    let file = json!({"gen": gen, "entries": entries, "values": {}});
     std::fs::write(dir.join("host-local.json"), file.to_string())
 }
 
