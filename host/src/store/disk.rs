@@ -690,10 +690,6 @@ mod tests {
         let _ = fs::remove_dir_all(&r);
     }
 
-    /// What a runtime or a daemon peer controls here: the container id and
-    /// the interface name; a plugin: the values (any string). What they
-    /// must not gain: a file that reads back as anything else, a key of
-    /// their making. The file is what serde_json writes, byte for byte.
     #[test]
     fn a_transaction_knows_its_files_length_parsed_or_kept() {
         let r = root("stored");

@@ -287,6 +287,10 @@ impl<'a> Reader<'a> {
 mod tests {
     use super::*;
 
+    /// What a runtime or a daemon peer controls here: the container id and
+    /// the interface name; a plugin: the values (any string). What they
+    /// must not gain: a file that reads back as anything else, a key of
+    /// their making. The file is what serde_json writes, byte for byte.
     #[test]
     fn the_scope_is_written_as_serde_json_writes_it() {
         #[derive(serde::Serialize)]
