@@ -104,6 +104,50 @@ fn a_wasi_component_instantiates_with_no_authority() {
     );
 }
 
+/// What a plugin author controls here: the component's imports. What they
+/// must not gain: a component that imports anything beyond the current
+/// contract linked without WASI's monotonic clock being the host's own,
+/// bounded by the call's deadline (`sandbox_limits` has that sleep end on
+/// time). A chain of SDK components links neither WASI nor 0.1.0; the
+/// first WASI component of a process links both, once, and still finds no
+/// authority.
+#[test]
+fn wasi_is_linked_only_once_a_component_imports_it() {
+    let sb = fx_sandbox("wlink");
+    sb.install(&fixture("fx-wasi"), "fx-wasi");
+    let linked = |stderr: &str| stderr.matches("linking WASI").count();
+    let conf = sb.conf(
+        "1.1.0",
+        "wlinkn",
+        json!([{"type":"fx"},{"type":"fx","tag":"again"}]),
+    );
+    let out = Invocation::new("ADD")
+        .id("sdk")
+        .env("WASM_CNI_LOG", "debug")
+        .run(&conf);
+    out.assert_ok();
+    assert_eq!(linked(&out.stderr), 0, "{}", out.stderr);
+    let conf = sb.conf(
+        "1.1.0",
+        "wlinkw",
+        json!([{"type":"fx"},{"type":"fx-wasi"},{"type":"fx-wasi","tag":"again"}]),
+    );
+    let out = Invocation::new("ADD")
+        .id("wasi")
+        .env("WASM_CNI_LOG", "debug")
+        .run(&conf);
+    out.assert_ok();
+    assert_eq!(linked(&out.stderr), 1, "{}", out.stderr);
+    let result = out.json();
+    let names: Vec<&str> = result["interfaces"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i["name"].as_str())
+        .collect();
+    assert!(names.contains(&"denied"), "{}", out.stdout);
+}
+
 fn cache_line(stderr: &str) -> (u64, u64) {
     let line = stderr
         .lines()

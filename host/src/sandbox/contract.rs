@@ -91,11 +91,22 @@ fn served() -> String {
     format!("this host serves cni:plugin {}", SERVED.join(", "))
 }
 
+/// What [`check`] found: the contract of the `plugin` export, and whether
+/// every import is of the current contract (0.2.x), so that the linker of
+/// the current contract alone serves it: no WASI, no 0.1.0 interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Checked {
+    pub version: Version,
+    pub current_only: bool,
+}
+
 /// Check every import and the `plugin` export by name. `Err` is the whole
 /// sentence of the refusal, after the plugin's name.
-pub fn check(ty: &Component, engine: &Engine) -> Result<Version, String> {
+pub fn check(ty: &Component, engine: &Engine) -> Result<Checked, String> {
+    let mut current_only = true;
     for (name, _) in ty.imports(engine) {
         check_import(name).map_err(|e| e.replace(name, &shown(name)))?;
+        current_only &= is_current(name);
     }
     let mut export = None;
     for (name, item) in ty.exports(engine) {
@@ -117,12 +128,26 @@ pub fn check(ty: &Component, engine: &Engine) -> Result<Version, String> {
             }
         }
     }
-    export.ok_or_else(|| {
+    let version = export.ok_or_else(|| {
         format!(
             "exports no cni:plugin/plugin interface, so it is not a CNI plugin ({})",
             served()
         )
+    })?;
+    Ok(Checked {
+        version,
+        current_only: current_only && version != Version::V0_1,
     })
+}
+
+/// Whether an import that passed [`check_import`] is an interface of the
+/// current contract: the 0.2 versions, which its bindings serve by
+/// wasmtime's semver rules.
+fn is_current(name: &str) -> bool {
+    name.strip_prefix("cni:plugin/")
+        .and_then(|rest| rest.rsplit_once('@'))
+        .and_then(|(_, version)| Version::parse(version))
+        .is_some_and(|v| v != Version::V0_1)
 }
 
 fn check_import(name: &str) -> Result<(), String> {
@@ -222,6 +247,26 @@ mod tests {
         ] {
             let e = check_import(refused).unwrap_err();
             assert!(e.contains(refused) && e.contains("does not grant"), "{e}");
+        }
+    }
+
+    /// A component with one import beyond the current contract (a WASI
+    /// clock, a 0.1.0 interface) must get the full linker, where WASI's
+    /// monotonic clock is the host's own, bounded by the call's deadline.
+    #[test]
+    fn only_current_contract_imports_are_served_by_its_linker_alone() {
+        for current in ["cni:plugin/log@0.2.0", "cni:plugin/network@0.2.1"] {
+            assert!(is_current(current), "{current}");
+        }
+        for other in [
+            "cni:plugin/log@0.1.0",
+            "wasi:clocks/monotonic-clock@0.2.0",
+            "wasi:io/streams@0.2.12",
+            "cni:plugin/log",
+            "cni:plugin@0.2.0",
+            "xcni:plugin/log@0.2.0",
+        ] {
+            assert!(!is_current(other), "{other}");
         }
     }
 

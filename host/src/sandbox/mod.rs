@@ -36,7 +36,7 @@ pub use state::StoreAccess;
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use sha2::{Digest, Sha256};
@@ -329,7 +329,14 @@ pub struct PluginInfo {
 /// daemon makes one and keeps it.
 pub struct SharedEngine {
     engine: Engine,
+    /// The current contract alone: all that a component built with the
+    /// SDK imports.
     linker: Linker<Ctx>,
+    /// The current contract, every older one and WASI, made the first time
+    /// a component imports more than the current contract (a Python or
+    /// JavaScript one, or one built against 0.1.0). WASI's part alone was
+    /// 5 % of a per-invocation call whose components never import it.
+    full: OnceLock<Result<Linker<Ctx>, String>>,
     ticker: Ticker,
 }
 
@@ -369,29 +376,62 @@ impl SharedEngine {
 
     fn with_config(config: &Config) -> wasmtime::Result<Arc<Self>> {
         let engine = Engine::new(config)?;
-        let mut linker = Linker::new(&engine);
-        PluginHost::add_to_linker::<Ctx, wasmtime::component::HasSelf<Ctx>>(&mut linker, |c| c)?;
-        // Every released contract, each forwarding to the current one.
-        bindings::v0_1_0::PluginHost::add_to_linker::<Ctx, wasmtime::component::HasSelf<Ctx>>(
-            &mut linker,
-            |c| c,
-        )?;
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
-        // The monotonic clock is the host's own: its sleeps end by the
-        // call's deadline (host_clocks.rs).
-        linker.allow_shadowing(true);
-        wasmtime_wasi::p2::bindings::clocks::monotonic_clock::add_to_linker::<
-            Ctx,
-            wasmtime::component::HasSelf<Ctx>,
-        >(&mut linker, |c| c)?;
-        linker.allow_shadowing(false);
+        let linker = current_linker(&engine)?;
         let ticker = Ticker::start(&engine);
         Ok(Arc::new(SharedEngine {
             engine,
             linker,
+            full: OnceLock::new(),
             ticker,
         }))
     }
+
+    /// The linker for a component whose imports `contract::check` passed.
+    fn linker_for(&self, checked: contract::Checked) -> Result<&Linker<Ctx>, String> {
+        if checked.current_only {
+            return Ok(&self.linker);
+        }
+        self.full
+            .get_or_init(|| {
+                crate::log::debug(format_args!(
+                    "linking WASI and cni:plugin 0.1.0 (a component imports them)"
+                ));
+                full_linker(&self.engine).map_err(|e| format!("{e:#}"))
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// Whether a component beyond the current contract was linked.
+    #[cfg(test)]
+    fn full_linker_made(&self) -> bool {
+        self.full.get().is_some()
+    }
+}
+
+fn current_linker(engine: &Engine) -> wasmtime::Result<Linker<Ctx>> {
+    let mut linker = Linker::new(engine);
+    PluginHost::add_to_linker::<Ctx, wasmtime::component::HasSelf<Ctx>>(&mut linker, |c| c)?;
+    Ok(linker)
+}
+
+fn full_linker(engine: &Engine) -> wasmtime::Result<Linker<Ctx>> {
+    let mut linker = current_linker(engine)?;
+    // Every released contract, each forwarding to the current one.
+    bindings::v0_1_0::PluginHost::add_to_linker::<Ctx, wasmtime::component::HasSelf<Ctx>>(
+        &mut linker,
+        |c| c,
+    )?;
+    wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+    // The monotonic clock is the host's own: its sleeps end by the
+    // call's deadline (host_clocks.rs).
+    linker.allow_shadowing(true);
+    wasmtime_wasi::p2::bindings::clocks::monotonic_clock::add_to_linker::<
+        Ctx,
+        wasmtime::component::HasSelf<Ctx>,
+    >(&mut linker, |c| c)?;
+    linker.allow_shadowing(false);
+    Ok(linker)
 }
 
 /// Components of one plugin directory, compiled or loaded from one artifact
@@ -612,10 +652,15 @@ impl Runtime {
             plugin: plugin.to_string(),
             reason,
         };
-        let version = contract::check(&component.component_type(), engine).map_err(refused)?;
+        let checked = contract::check(&component.component_type(), engine).map_err(refused)?;
+        let version = checked.version;
         let pre = self
             .shared
-            .linker
+            .linker_for(checked)
+            .map_err(|e| CallError::Invalid {
+                plugin: plugin.to_string(),
+                reason: one_line(&e),
+            })?
             .instantiate_pre(&component)
             .map_err(|e| refused(contract::mismatch(version, &format!("{e:#}"))))?;
         let pre = match version {
@@ -967,6 +1012,21 @@ mod tests {
         assert!(!valid_type_name("../etc/x"));
         assert!(!valid_type_name(".hidden"));
         assert!(!valid_type_name("a/b"));
+    }
+
+    #[test]
+    fn the_full_linker_is_made_once_and_only_when_asked_for() {
+        let shared = SharedEngine::new().unwrap();
+        let of = |current_only| contract::Checked {
+            version: contract::Version::V0_2_1,
+            current_only,
+        };
+        let current = shared.linker_for(of(true)).unwrap();
+        assert!(std::ptr::eq(current, &shared.linker));
+        assert!(!shared.full_linker_made());
+        let full = shared.linker_for(of(false)).unwrap();
+        assert!(!std::ptr::eq(full, &shared.linker) && shared.full_linker_made());
+        assert!(std::ptr::eq(shared.linker_for(of(false)).unwrap(), full));
     }
 
     #[test]
