@@ -1315,6 +1315,22 @@ mod tests {
         }
     }
 
+    /// A call whose plugin makes no WASI call makes no WASI context (each
+    /// seeds a random generator); the first WASI call makes the deny-all
+    /// one and, like every WASI call, is charged to the call's budget.
+    #[test]
+    fn the_wasi_context_is_made_at_the_first_wasi_call() {
+        use wasmtime_wasi::WasiView;
+        let mut h = ImportHarness::new(Command::Add, 2).unwrap();
+        h.call(Import::NodeNetns).unwrap();
+        h.call(Import::Log(1, "x".into())).unwrap();
+        assert!(h.ctx.wasi.is_none());
+        let before = h.ctx.host_calls_left;
+        let _ = WasiView::ctx(&mut h.ctx);
+        assert!(h.ctx.wasi.is_some());
+        assert_eq!(h.ctx.host_calls_left, before.saturating_sub(1));
+    }
+
     /// What the fuzzer does, in short and from fixed bytes: calls drawn
     /// from the import list reach most imports, many get past "not found"
     /// to an answer, and the policy holds after each.
