@@ -789,6 +789,57 @@ fn plugin_test(t: PluginTestArgs) -> Result<i32, String> {
 
 /// What the `wasm-cni` binaries run: a CNI plugin when the runtime sets
 /// `CNI_COMMAND`, the compiler child, or the operator CLI.
+/// What std's runtime start did for `main` and `#![no_main]` leaves to us.
+/// A standard descriptor the parent left closed is opened on `/dev/null`:
+/// else the first file this process opens takes its number, and the CNI
+/// result printed to "stdout" would be written into that file (a record, a
+/// scope). And a write to a pipe whose reader is gone (a runtime that gave
+/// up waiting) is the error `EPIPE`, not a signal that kills the process
+/// before it puts back what it changed.
+pub fn process_start() {
+    use rustix::event::{poll, PollFd, PollFlags};
+    use rustix::fd::BorrowedFd;
+    // SAFETY: 0, 1 and 2 are only polled: an fd number that is not open
+    // comes back as POLLNVAL, nothing is read or closed.
+    let std_fds = unsafe { [0, 1, 2].map(|fd| BorrowedFd::borrow_raw(fd)) };
+    let mut fds = std_fds
+        .each_ref()
+        .map(|fd| PollFd::new(fd, PollFlags::empty()));
+    // A zero timeout: asked for no event, an open descriptor never wakes it.
+    let closed: Vec<bool> = match poll(&mut fds, Some(&rustix::event::Timespec::default())) {
+        Ok(_) => fds
+            .iter()
+            .map(|p| p.revents().contains(PollFlags::NVAL))
+            .collect(),
+        // Cannot tell: check each the slow way.
+        Err(_) => (0..3)
+            .map(|fd| {
+                // SAFETY: F_GETFD only reads the descriptor's flags.
+                unsafe { libc::fcntl(fd, libc::F_GETFD) == -1 }
+            })
+            .collect(),
+    };
+    for (fd, closed) in (0..3).zip(closed) {
+        if !closed {
+            continue;
+        }
+        // The lowest free number is the closed one, lowest first.
+        let opened = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/null")
+            .map(std::os::fd::IntoRawFd::into_raw_fd);
+        if opened.ok() != Some(fd) {
+            std::process::abort();
+        }
+    }
+    // SAFETY: setting a signal's disposition to "ignore" runs no code of
+    // ours in a handler.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+}
+
 pub fn process_main() -> ! {
     // Components are compiled in a child process of this executable, under
     // a deadline and a memory bound (sandbox::compile).
@@ -823,7 +874,8 @@ pub fn process_main() -> ! {
         let mut spent = None;
         let out = crate::daemon::client::run_keeping(vars, stdin, &mut spent);
         let _ = std::io::Write::write_all(&mut std::io::stderr(), out.stderr.as_bytes());
-        print!("{}", out.stdout);
+        // A runtime that stopped reading gets the exit code all the same.
+        let _ = std::io::Write::write_all(&mut std::io::stdout(), out.stdout.as_bytes());
         std::process::exit(out.exit_code);
     }
     std::process::exit(main());

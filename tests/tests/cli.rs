@@ -119,3 +119,97 @@ fn help_is_available_everywhere() {
     assert_eq!(code, 2);
     assert!(err.contains("frobnicate"));
 }
+
+/// What whoever starts the engine controls here: its standard descriptors.
+/// Started with stdout and stderr closed (a runtime's bug, or a parent that
+/// means harm), the engine must not write its result or its log into a
+/// file it opened itself (a lock, a record, a scope), which the next open
+/// would otherwise get as descriptor 1 or 2; with stdout a pipe that nobody
+/// reads, it must finish its call and end with its exit code, not be
+/// killed by SIGPIPE at its first write.
+#[test]
+fn closed_or_unread_standard_descriptors_end_cleanly() {
+    use std::io::Write;
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+    let sb = Sandbox::new("stdfd");
+    sb.install(&wasm_cni_tests::plugin("host-local"), "host-local");
+    let conf = sb.conf(
+        "1.1.0",
+        "stdfdn",
+        json!([{"type": "host-local", "ipam": {"type": "host-local",
+            "ranges": [[{"subnet": "10.9.0.0/24"}]],
+            "dataDir": sb.state_dir().join("ipam")}}]),
+    );
+    let engine = wasm_cni_bin();
+    let run = |redirect: &str, verb: &str, id: &str, stdout: Stdio| {
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(format!("exec \"$0\" {redirect}"))
+            .arg(&engine)
+            .env("WASM_CNI_LOG", "debug")
+            .env("CNI_COMMAND", verb)
+            .env("CNI_CONTAINERID", id)
+            .env("CNI_NETNS", "/run/netns/none")
+            .env("CNI_IFNAME", "eth0")
+            .env("CNI_PATH", "/usr/lib/cni")
+            .stdin(Stdio::piped())
+            .stdout(stdout)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let _ = child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(conf.to_string().as_bytes());
+        child.wait_with_output().unwrap()
+    };
+    let files = |dir: &std::path::Path| -> Vec<std::path::PathBuf> {
+        let mut out = Vec::new();
+        let mut todo = vec![dir.to_path_buf()];
+        while let Some(d) = todo.pop() {
+            for e in std::fs::read_dir(&d).unwrap().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    todo.push(p);
+                } else {
+                    out.push(p);
+                }
+            }
+        }
+        out
+    };
+
+    for (n, id) in ["c1", "c2", "c3"].iter().enumerate() {
+        let out = run(">&- 2>&-", "ADD", id, Stdio::piped());
+        assert_eq!(out.status.code(), Some(0), "ADD {n}: {out:?}");
+    }
+    let state = files(&sb.state_dir());
+    assert!(state.len() >= 5, "{state:?}");
+    for file in state {
+        let bytes = std::fs::read(&file).unwrap();
+        let name = file.to_string_lossy();
+        if name.ends_with(".lock") {
+            assert!(
+                bytes.is_empty(),
+                "{name}: {}",
+                String::from_utf8_lossy(&bytes)
+            );
+        } else if !name.contains("/cache/") {
+            let parsed: Result<serde_json::Value, _> = serde_json::from_slice(&bytes);
+            assert!(
+                parsed.is_ok(),
+                "{name}: {}",
+                String::from_utf8_lossy(&bytes)
+            );
+        }
+    }
+
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = run("", "ADD", "c4", writer.into());
+    assert_eq!(out.status.signal(), None, "killed: {out:?}");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(sb.state_dir().join("networks/stdfdn/c4:eth0.json").exists());
+}
