@@ -787,15 +787,12 @@ fn plugin_test(t: PluginTestArgs) -> Result<i32, String> {
     Ok(if verdicts.iter().all(|v| v.ok) { 0 } else { 1 })
 }
 
-/// What the `wasm-cni` binaries run: a CNI plugin when the runtime sets
-/// `CNI_COMMAND`, the compiler child, or the operator CLI.
 /// What std's runtime start did for `main` and `#![no_main]` leaves to us.
 /// A standard descriptor the parent left closed is opened on `/dev/null`:
-/// else the first file this process opens takes its number, and the CNI
-/// result printed to "stdout" would be written into that file (a record, a
-/// scope). And a write to a pipe whose reader is gone (a runtime that gave
-/// up waiting) is the error `EPIPE`, not a signal that kills the process
-/// before it puts back what it changed.
+/// else the next file this process opens takes its number, and the CNI
+/// result or the log goes into that file (a lock, a record, a scope). And
+/// a write to a pipe whose reader is gone (a runtime that gave up waiting)
+/// is the error `EPIPE`, not a signal that kills the process mid-call.
 pub fn process_start() {
     use rustix::event::{poll, PollFd, PollFlags};
     use rustix::fd::BorrowedFd;
@@ -823,13 +820,12 @@ pub fn process_start() {
         if !closed {
             continue;
         }
-        // The lowest free number is the closed one, lowest first.
-        let opened = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open("/dev/null")
-            .map(std::os::fd::IntoRawFd::into_raw_fd);
-        if opened.ok() != Some(fd) {
+        // The lowest free number is the closed one, lowest first; without
+        // close-on-exec, as the descriptor it stands for was (a child the
+        // engine starts inherits it).
+        // SAFETY: a NUL-terminated path; the descriptor is kept for good.
+        let opened = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) };
+        if opened != fd {
             std::process::abort();
         }
     }
@@ -840,6 +836,8 @@ pub fn process_start() {
     }
 }
 
+/// What the `wasm-cni` binaries run: a CNI plugin when the runtime sets
+/// `CNI_COMMAND`, the compiler child, or the operator CLI.
 pub fn process_main() -> ! {
     // Components are compiled in a child process of this executable, under
     // a deadline and a memory bound (sandbox::compile).
