@@ -7,10 +7,13 @@
 //! of a per-invocation call. What else that start does for this program,
 //! `cli::process_start` does (arguments and the environment std reads
 //! through glibc's `.init_array` either way).
-#![no_main]
+// The test harness brings its own `main`.
+#![cfg_attr(not(test), no_main)]
 
+#[cfg(not(test))]
 use std::ffi::{c_char, c_int};
 
+#[cfg(not(test))]
 #[no_mangle]
 pub extern "C" fn main(_argc: c_int, _argv: *const *const c_char) -> c_int {
     wasm_cni::cli::process_start();
