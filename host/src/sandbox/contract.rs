@@ -105,8 +105,7 @@ pub struct Checked {
 pub fn check(ty: &Component, engine: &Engine) -> Result<Checked, String> {
     let mut current_only = true;
     for (name, _) in ty.imports(engine) {
-        check_import(name).map_err(|e| e.replace(name, &shown(name)))?;
-        current_only &= is_current(name);
+        current_only &= check_import(name).map_err(|e| e.replace(name, &shown(name)))?;
     }
     let mut export = None;
     for (name, item) in ty.exports(engine) {
@@ -140,38 +139,31 @@ pub fn check(ty: &Component, engine: &Engine) -> Result<Checked, String> {
     })
 }
 
-/// Whether an import that passed [`check_import`] is an interface of the
-/// current contract: the 0.2 versions, which its bindings serve by
-/// wasmtime's semver rules.
-fn is_current(name: &str) -> bool {
-    name.strip_prefix("cni:plugin/")
-        .and_then(|rest| rest.rsplit_once('@'))
-        .and_then(|(_, version)| Version::parse(version))
-        .is_some_and(|v| v != Version::V0_1)
-}
-
-fn check_import(name: &str) -> Result<(), String> {
+/// Check one import by name: `Ok(true)` for an interface of the current
+/// contract (the 0.2 versions, which its bindings serve by wasmtime's
+/// semver rules), `Ok(false)` for one of 0.1.0 or of WASI.
+fn check_import(name: &str) -> Result<bool, String> {
     let (path, version) = name.rsplit_once('@').unwrap_or((name, ""));
     if let Some(iface) = path.strip_prefix("cni:plugin/") {
-        if Version::parse(version).is_none() {
+        let Some(served_version) = Version::parse(version) else {
             return Err(format!(
                 "was built against cni:plugin@{version} (it imports {name}); {}: use a host \
                  that serves {version}, or build the plugin against one of these",
                 served()
             ));
-        }
+        };
         if iface == "plugin" || !INTERFACES.contains(&iface) {
             return Err(format!(
                 "imports {name}, which cni:plugin@{version} does not provide"
             ));
         }
-        return Ok(());
+        return Ok(served_version != Version::V0_1);
     }
     let wasi_0_2 = version
         .strip_prefix("0.2.")
         .is_some_and(|patch| !patch.is_empty() && patch.bytes().all(|b| b.is_ascii_digit()));
     if WASI.contains(&path) && wasi_0_2 {
-        return Ok(());
+        return Ok(false);
     }
     Err(format!(
         "imports {name}, which this host does not grant to plugins (it grants cni:plugin \
@@ -256,7 +248,7 @@ mod tests {
     #[test]
     fn only_current_contract_imports_are_served_by_its_linker_alone() {
         for current in ["cni:plugin/log@0.2.0", "cni:plugin/network@0.2.1"] {
-            assert!(is_current(current), "{current}");
+            assert_eq!(check_import(current), Ok(true), "{current}");
         }
         for other in [
             "cni:plugin/log@0.1.0",
@@ -266,7 +258,7 @@ mod tests {
             "cni:plugin@0.2.0",
             "xcni:plugin/log@0.2.0",
         ] {
-            assert!(!is_current(other), "{other}");
+            assert_ne!(check_import(other), Ok(true), "{other}");
         }
     }
 
