@@ -120,6 +120,14 @@ pub fn bridge_entry(state: &Path) -> Value {
     })
 }
 
+/// Item 1's host-local alone, as a chain of one: the same range and state
+/// as [`bridge_entry`], no link made. What a call costs wasm-cni before
+/// its first link (see [`ipam_alone_once`]).
+fn ipam_alone_entry(state: &Path) -> Value {
+    let mut e = bridge_entry(state);
+    json!({"type": "host-local", "ipam": e["ipam"].take()})
+}
+
 /// bridge + host-local, tuning, loopback: the bundled podnet chain
 /// (portmap has no component, so the chain is 4 plugins with host-local).
 /// Reference tuning 1.1.1 has no IFNAME placeholder, so the sysctl names
@@ -274,6 +282,37 @@ pub fn run_once(
     })
 }
 
+/// Item 1's bound: wasm-cni (`side`: per invocation or the daemon) running
+/// host-local alone in fresh namespaces. Its ADD is everything of a
+/// bridge and host-local ADD but the bridge plugin, so that ADD cannot cost
+/// less than this plus the kernel's link work, which the floor measures.
+pub fn ipam_alone_once(
+    progs: &Programs,
+    work: &WorkDir,
+    side: Side,
+    daemon: Option<&DaemonSide>,
+) -> io::Result<Run> {
+    run_entries(progs, work, side, daemon, |state| {
+        Ok(vec![ipam_alone_entry(state)])
+    })
+}
+
+/// A program's start and exit: `bin` answering VERSION (the floor and the
+/// engine answer it without touching the kernel or any state).
+pub fn version_once(bin: &Path, progs: &Programs) -> io::Result<Measured> {
+    let conf = json!({"cniVersion": CNI_VERSION, "name": NETWORK, "type": "bridge",
+        "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.88.0.0/16"}]]}});
+    let cni_path = progs.reference.to_string_lossy().into_owned();
+    let cni = Cni {
+        command: "VERSION",
+        container_id: CONTAINER_ID,
+        netns: "",
+        ifname: IFNAME,
+        cni_path: &cni_path,
+    };
+    exec(bin, &cni, conf.to_string().as_bytes())?.ok(&format!("VERSION {}", bin.display()))
+}
+
 /// Released entries item 13 seeds host-local's scope with: its history's
 /// cap (`HISTORY_CAP` in guest-plugins/host-local), past which an ADD
 /// reuses the address released longest ago rather than a never-used one.
@@ -352,7 +391,9 @@ pub fn run_entries(
         }
     };
     let bridge = match side {
-        Side::Daemon => Some(own_bridge(&mut entries)),
+        Side::Daemon if entries.first().is_some_and(|e| e["type"] == "bridge") => {
+            Some(own_bridge(&mut entries))
+        }
         _ => None,
     };
     let (bins, entries): (Vec<PathBuf>, Vec<Value>) = match side {
