@@ -821,10 +821,9 @@ fn column(runs: &[Run], f: impl Fn(&Run) -> f64) -> Vec<f64> {
 /// floor's ADD less its own start). Each ratio is per round, over that
 /// round's floor ADD.
 fn bound_section(body: &mut String, heads: &mut Vec<Headline>, b: &Bound, floor: &[Run]) {
-    let ms = |d: &Duration| d.as_secs_f64() * 1e3;
+    let ms = |v: &[Duration]| v.iter().copied().map(scenarios::ms).collect::<Vec<f64>>();
     let floor_add = column(floor, Run::add_wall_ms);
-    let floor_start: Vec<f64> = b.floor_start.iter().map(ms).collect();
-    let wasm_start: Vec<f64> = b.wasm_start.iter().map(ms).collect();
+    let (floor_start, wasm_start) = (ms(&b.floor_start), ms(&b.wasm_start));
     let link: Vec<f64> = floor_add
         .iter()
         .zip(&floor_start)

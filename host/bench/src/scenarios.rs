@@ -62,7 +62,7 @@ pub struct Run {
     pub daemon_add_wall: Duration,
 }
 
-fn ms(d: Duration) -> f64 {
+pub fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
@@ -300,8 +300,8 @@ pub fn ipam_alone_once(
 /// A program's start and exit: `bin` answering VERSION (the floor and the
 /// engine answer it without touching the kernel or any state).
 pub fn version_once(bin: &Path, progs: &Programs) -> io::Result<Measured> {
-    let conf = json!({"cniVersion": CNI_VERSION, "name": NETWORK, "type": "bridge",
-        "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.88.0.0/16"}]]}});
+    // Item 1's config; VERSION reads no state, so its dataDir is moot.
+    let conf = plugin_conf(&bridge_entry(Path::new("")), None);
     let cni_path = progs.reference.to_string_lossy().into_owned();
     let cni = Cni {
         command: "VERSION",
