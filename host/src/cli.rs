@@ -373,7 +373,9 @@ pub fn main() -> i32 {
     match result {
         Ok(code) => code,
         Err(msg) => {
-            eprintln!("wasm-cni: {msg}");
+            // Errors quote others' text: a registry's or a server's reply,
+            // a config's names.
+            eprintln!("wasm-cni: {}", crate::text::Shown(&msg));
             1
         }
     }
@@ -622,11 +624,12 @@ fn plugins(d: &DirArgs, compile: bool) -> Result<i32, String> {
                     i.world,
                     i.wit,
                     if was_cached { "yes" } else { "no" },
-                    i.imports.join(",")
+                    // Names the component itself chose.
+                    crate::text::Shown(&i.imports.join(","))
                 ),
                 Err(e) => {
                     failures += 1;
-                    println!("{name}\terror: {e}");
+                    println!("{name}\terror: {}", crate::text::shown(&e));
                 }
             }
             continue;
@@ -637,7 +640,7 @@ fn plugins(d: &DirArgs, compile: bool) -> Result<i32, String> {
             Ok(_) => println!("{name}\tcompiled in {} ms", start.elapsed().as_millis()),
             Err(e) => {
                 failures += 1;
-                println!("{name}\terror: {e}");
+                println!("{name}\terror: {}", crate::text::shown(&e));
             }
         }
     }
@@ -655,10 +658,7 @@ fn ipam(cmd: IpamCmd) -> Result<i32, String> {
             let views = admin::list(&*store.open()?, network.as_deref(), crate::state::now_ms())
                 .map_err(|e| format!("reading the store: {e}"))?;
             if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&views).map_err(|e| e.to_string())?
-                );
+                println!("{}", crate::text::json_pretty(&views)?);
             } else {
                 print!("{}", admin::render(&views, all));
             }
@@ -681,7 +681,7 @@ fn ipam(cmd: IpamCmd) -> Result<i32, String> {
                     r.cursors.len()
                 );
                 for s in r.skipped {
-                    println!("{}: skipped {s}", r.network);
+                    println!("{}: skipped {}", r.network, crate::text::Shown(&s));
                 }
             }
         }
@@ -702,7 +702,7 @@ fn ipam(cmd: IpamCmd) -> Result<i32, String> {
                     r.cursors.len()
                 );
                 for s in r.skipped {
-                    println!("{}: skipped {s}", r.network);
+                    println!("{}: skipped {}", r.network, crate::text::Shown(&s));
                 }
             }
         }

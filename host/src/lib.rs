@@ -25,4 +25,5 @@ pub mod plugin_test;
 pub mod sandbox;
 pub mod state;
 pub mod store;
+pub mod text;
 pub mod trace;

@@ -114,16 +114,23 @@ pub fn enabled(level: Level) -> bool {
 
 /// Log one line, `wasm-cni[<source>] <level>: <message>`. `source` names the
 /// plugin for messages a plugin sent, or is empty for the host's own.
+///
+/// Messages carry others' text (a plugin's error, a config's names, a
+/// server's reply) to a terminal or a log viewer: control characters in
+/// them are escaped here, once for every line ([`crate::text`]), so one
+/// message is one line and moves no cursor.
 pub fn log(level: Level, source: &str, message: impl Display) {
     if !enabled(level) {
         return;
     }
+    let message = crate::text::shown(message);
+    let source = crate::text::printable(source);
     let capturing = CAPTURE.with(|c| c.borrow().is_some());
     if !capturing && TRACING.load(Ordering::Relaxed) {
         let source = if source.is_empty() {
             "wasm-cni"
         } else {
-            source
+            &source
         };
         return event(level, source, &message);
     }
@@ -188,5 +195,18 @@ mod tests {
         assert_eq!(Level::parse("warning"), Some(Level::Warn));
         assert_eq!(Level::parse("loud"), None);
         assert!(Level::Error < Level::Debug);
+    }
+
+    #[test]
+    fn a_line_is_one_line_whatever_its_text_holds() {
+        let ((), text) = capture(Level::Info, || {
+            error("plugin said: \u{1b}[2K\rNETWORK n  ready\nforged");
+            log(Level::Warn, "bad\u{1b}]0;title\u{7}", "x");
+        });
+        assert_eq!(
+            text,
+            "wasm-cni error: plugin said: \\u{1b}[2K\\rNETWORK n  ready\\nforged\n\
+             wasm-cni[bad\\u{1b}]0;title\\u{7}] warn: x\n"
+        );
     }
 }

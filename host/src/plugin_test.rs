@@ -805,16 +805,19 @@ pub fn render(verdicts: &[Verdict], as_json: bool) -> String {
             })
             .collect();
         let passed = verdicts.iter().all(|v| v.ok);
-        return format!("{}\n", json!({"passed": passed, "properties": list}));
+        let report = json!({"passed": passed, "properties": list});
+        // Details quote the plugin: escaped for a terminal like the text.
+        return crate::text::json_pretty(&report).map_or_else(|e| format!("{e}\n"), |t| t + "\n");
     }
     verdicts
         .iter()
         .map(|v| {
+            // A detail quotes what the plugin answered.
             format!(
                 "{} {}: {}\n",
                 if v.ok { "PASS" } else { "FAIL" },
                 v.property,
-                v.detail
+                crate::text::Shown(&v.detail)
             )
         })
         .collect()

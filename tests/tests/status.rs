@@ -311,3 +311,84 @@ fn the_status_command_shows_the_node_at_a_glance() {
     pod.run(Invocation::new("DEL").id("c0ffee0123456789abcdef"), &conf)
         .assert_ok();
 }
+
+/// What a plugin controls here: the text of its STATUS error, which the
+/// engine logs and `status` shows. What it must not gain: the operator's
+/// terminal. An escape sequence that erases the line and a carriage return
+/// once made `status` show "NETWORK … ready" for a network that failed;
+/// now every control character of it reaches the terminal as an escape
+/// (`\u{1b}`), in the engine's log line and in every row of `status`.
+#[test]
+fn a_plugins_text_never_drives_the_operators_terminal() {
+    if !is_root("status terminal") {
+        return;
+    }
+    let sb = Sandbox::new("stterm");
+    sb.install(&wasm_cni_tests::fixture("fx"), "fx");
+    let pod = Pod::new("stt");
+    let forged = "\u{1b}[2K\r\u{1b}[1ANETWORK stterm  ready\u{9b}1;1H\u{202e}\n";
+    let conf = sb.conf(
+        "1.1.0",
+        "stterm",
+        json!([{"type": "fx", "tag": forged, "status": "fail", "failCode": 50}]),
+    );
+    // The engine's own line on stderr, as a runtime logs it.
+    let out = status(&pod, &conf);
+    assert_eq!(out.error_code(), 50, "{out:?}");
+    let shows_nothing_but_text = |text: &str| {
+        let bad: Vec<char> = text
+            .chars()
+            .filter(|c| (c.is_control() && *c != '\n') || ('\u{202a}'..='\u{202e}').contains(c))
+            .collect();
+        assert!(bad.is_empty(), "{bad:?} reach the terminal in {text:?}");
+    };
+    shows_nothing_but_text(&out.stderr);
+    assert!(
+        out.stderr
+            .contains("\\u{1b}[2K\\r\\u{1b}[1ANETWORK stterm  ready"),
+        "{}",
+        out.stderr
+    );
+    // `status`, its table and its message.
+    let file = sb.dir.join("stterm.conf");
+    std::fs::write(&file, conf.to_string()).unwrap();
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", &pod.node.name])
+        .arg(wasm_cni_tests::wasm_cni_bin())
+        .args(["status", "--conf", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    shows_nothing_but_text(&text);
+    // The STATUS it sends logs the plugin's error on stderr, escaped too.
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    shows_nothing_but_text(&stderr);
+    assert!(stderr.contains("\\u{1b}[2K"), "{stderr}");
+    let first = text.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("NETWORK stterm  NOT READY (50)"),
+        "{text}"
+    );
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("NETWORK")).count(),
+        1,
+        "a forged network line: {text}"
+    );
+    assert!(
+        text.contains("  ! fx: \\u{1b}[2K \\u{1b}[1ANETWORK stterm ready\\u{9b}"),
+        "{text}"
+    );
+    // JSON escapes on its own and keeps the text as the plugin sent it.
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", &pod.node.name])
+        .arg(wasm_cni_tests::wasm_cni_bin())
+        .args(["status", "--conf", file.to_str().unwrap(), "--json"])
+        .output()
+        .unwrap();
+    let json_text = String::from_utf8_lossy(&out.stdout).into_owned();
+    shows_nothing_but_text(&json_text);
+    let node: Value = serde_json::from_str(&json_text).unwrap();
+    let message = node["networks"][0]["status"]["message"].as_str().unwrap();
+    assert!(message.contains(forged), "{message:?}");
+}

@@ -12,6 +12,7 @@ use crate::edge::DEFAULT_CACHE_DIR;
 use crate::image::trust::Decision;
 use crate::image::{registry, Digest, ImageError, ImageRef, ImageStore};
 use crate::sandbox::Runtime;
+use crate::text::Shown;
 
 #[derive(Subcommand)]
 pub(super) enum ImagesCmd {
@@ -217,7 +218,7 @@ fn pull_one(
         } else {
             ", already in the store"
         },
-        pulled.summary.imports.join(", ")
+        Shown(&pulled.summary.imports.join(", "))
     );
     println!("{pinned}");
     Ok(())
@@ -273,7 +274,13 @@ pub(super) fn list(dir: &Path) -> Result<i32, String> {
             Ok(Some(_)) | Ok(None) => "incomplete: pull it again".to_string(),
             Err(e) => format!("damaged: {e}"),
         };
-        println!("{}\t{}\t{component}", listed.name, listed.manifest);
+        // Names another tool wrote into index.json, a damaged file's error.
+        println!(
+            "{}\t{}\t{}",
+            Shown(&listed.name),
+            listed.manifest,
+            Shown(&component)
+        );
     }
     Ok(0)
 }
@@ -284,11 +291,14 @@ pub(super) fn remove(dir: &Path, images: &[String]) -> Result<i32, String> {
     for what in images {
         let (gone, freed) = store.remove(what).map_err(|e| e.to_string())?;
         if gone.is_empty() {
-            eprintln!("wasm-cni: no image {what:?} in {}", dir.display());
+            eprintln!(
+                "wasm-cni: no image {what:?} in {}",
+                Shown(&dir.to_string_lossy())
+            );
             missing += 1;
         }
         for listed in gone {
-            println!("removed {}\t{}", listed.name, listed.manifest);
+            println!("removed {}\t{}", Shown(&listed.name), listed.manifest);
         }
         if freed > 0 {
             eprintln!("freed {freed} bytes");

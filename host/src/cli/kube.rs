@@ -175,7 +175,8 @@ fn pod_cidrs(a: &KubeArgs, node: &str) -> Result<Vec<IpNet>, String> {
                 a.api_wait_ms
             ));
         }
-        eprintln!("wasm-cni: {why}; trying again");
+        // `why` may quote the API server's reply.
+        eprintln!("wasm-cni: {}; trying again", crate::text::Shown(&why));
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_secs(5));
     }

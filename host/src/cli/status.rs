@@ -6,9 +6,8 @@
 //! written.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{IpAddr, TcpStream};
-use std::os::unix::net::UnixStream;
+use std::io::Read;
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,6 +22,7 @@ use crate::sandbox::{sha256_hex, Runtime};
 use crate::state::{now_ms, AttachmentRecords, DiskRecords};
 use crate::store::admin::{self, State};
 use crate::store::{DiskStore, EtcdConfig, EtcdStore, StateStore};
+use crate::text::{printable, shown, Shown};
 
 #[derive(clap::Args)]
 pub struct StatusArgs {
@@ -176,10 +176,7 @@ pub fn status(a: &StatusArgs) -> Result<i32, String> {
             .push(format!("no wasm-cni network in {}", a.conf_dir.display()));
     }
     if a.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&node).map_err(|e| e.to_string())?
-        );
+        println!("{}", crate::text::json_pretty(&node)?);
     } else {
         print!("{}", render(&node));
     }
@@ -576,36 +573,13 @@ fn daemon(addr: &MetricsAddr) -> Daemon {
     d
 }
 
-/// The exposition of `GET /metrics`: one request, 2 s, 4 MiB at most.
+/// The exposition of `GET /metrics`: 2 s for the whole exchange, 4 MiB at
+/// most, from the daemon only (`daemon::scrape`).
 fn scrape(addr: &MetricsAddr) -> Result<String, String> {
-    const TIMEOUT: Duration = Duration::from_secs(2);
-    const MAX: u64 = 4 << 20;
-    let request = b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n";
-    let mut reply = Vec::new();
-    let result = match addr {
-        MetricsAddr::Unix(p) => UnixStream::connect(p).and_then(|mut s| {
-            s.set_read_timeout(Some(TIMEOUT))?;
-            s.set_write_timeout(Some(TIMEOUT))?;
-            s.write_all(request)?;
-            s.take(MAX).read_to_end(&mut reply)
-        }),
-        MetricsAddr::Tcp(a) => TcpStream::connect_timeout(a, TIMEOUT).and_then(|mut s| {
-            s.set_read_timeout(Some(TIMEOUT))?;
-            s.set_write_timeout(Some(TIMEOUT))?;
-            s.write_all(request)?;
-            s.take(MAX).read_to_end(&mut reply)
-        }),
-    };
-    result.map_err(|e| format!("metrics: {e}"))?;
-    let reply = String::from_utf8_lossy(&reply);
-    let (head, body) = reply
-        .split_once("\r\n\r\n")
-        .ok_or("metrics: not an HTTP reply")?;
-    let status = head.lines().next().unwrap_or_default();
-    if status.split_whitespace().nth(1) != Some("200") {
-        return Err(format!("metrics: {status}"));
+    match crate::daemon::scrape::fetch(addr, "/metrics", Duration::from_secs(2))? {
+        (200, body) => Ok(body),
+        (code, _) => Err(format!("metrics: HTTP {code}")),
     }
-    Ok(body.to_string())
 }
 
 type Sample<'a> = (&'a str, Vec<(String, String)>, f64);
@@ -680,13 +654,14 @@ fn render(node: &Node) -> String {
         };
         out.push_str(&format!(
             "NETWORK {}  {state}  daemon: {}\n",
-            n.name, n.daemon
+            Shown(&n.name),
+            Shown(&n.daemon)
         ));
-        out.push_str(&format!("  {}\n", n.file.display()));
+        out.push_str(&format!("  {}\n", Shown(&n.file.to_string_lossy())));
         if let Some(m) = &n.status.message {
             out.push_str(&wrap(m, "  ! "));
         }
-        out.push_str(&format!("  chain: {}\n", n.chain.join(" → ")));
+        out.push_str(&format!("  chain: {}\n", Shown(&n.chain.join(" → "))));
         for e in &n.errors {
             out.push_str(&wrap(e, "  ! "));
         }
@@ -698,9 +673,9 @@ fn render(node: &Node) -> String {
                 let id: String = a.container_id.chars().take(12).collect();
                 let age = admin::human(a.age_ms);
                 rows.push(vec![
-                    format!("  {id}"),
-                    a.ifname.clone(),
-                    a.addresses.join(","),
+                    format!("  {}", Shown(&id)),
+                    shown(Shown(&a.ifname)),
+                    shown(Shown(&a.addresses.join(","))),
                     if a.pending {
                         format!("{age} (pending)")
                     } else {
@@ -728,10 +703,10 @@ fn render(node: &Node) -> String {
                     .iter()
                     .min_by_key(|q| q.left_ms)
                     .map_or("-".to_string(), |q| {
-                        format!("{} in {}", q.address, admin::human(q.left_ms))
+                        format!("{} in {}", Shown(&q.address), admin::human(q.left_ms))
                     });
                 rows.push(vec![
-                    format!("  {}", p.plugin),
+                    format!("  {}", Shown(&p.plugin)),
                     p.allocated.to_string(),
                     p.quarantined.to_string(),
                     p.free.map_or("?".into(), |f| f.to_string()),
@@ -747,12 +722,12 @@ fn render(node: &Node) -> String {
         ])];
         for c in &n.components {
             rows.push(vec![
-                format!("  {}", c.plugin),
-                c.sha256
-                    .as_deref()
-                    .map_or("-".into(), |d| d.chars().take(12).collect()),
-                c.world.clone().unwrap_or_else(|| "-".into()),
-                c.wit.clone().unwrap_or_else(|| "-".into()),
+                format!("  {}", Shown(&c.plugin)),
+                c.sha256.as_deref().map_or("-".into(), |d| {
+                    shown(Shown(&d.chars().take(12).collect::<String>()))
+                }),
+                c.world.as_deref().map_or("-".into(), shown),
+                c.wit.as_deref().map_or("-".into(), shown),
                 if c.cached { "yes" } else { "no" }.into(),
                 c.pinned.unwrap_or("no").into(),
             ]);
@@ -767,7 +742,7 @@ fn render(node: &Node) -> String {
         out.push('\n');
     }
     if let Some(d) = &node.daemon {
-        out.push_str(&format!("DAEMON {}\n", d.metrics));
+        out.push_str(&format!("DAEMON {}\n", Shown(&d.metrics)));
         match &d.error {
             Some(e) => out.push_str(&wrap(e, "  ! ")),
             None => {
@@ -775,7 +750,7 @@ fn render(node: &Node) -> String {
                     "  {}up {}, {} requests ({} failed), {} in flight\n",
                     d.version
                         .as_deref()
-                        .map(|v| format!("version {v}, "))
+                        .map(|v| format!("version {}, ", Shown(v)))
                         .unwrap_or_default(),
                     d.uptime_s
                         .map_or("?".into(), |s| admin::human(s.saturating_mul(1000))),
@@ -783,8 +758,11 @@ fn render(node: &Node) -> String {
                     d.errors,
                     d.in_flight
                 ));
-                let aborts: Vec<String> =
-                    d.aborts.iter().map(|(c, n)| format!("{c} {n}")).collect();
+                let aborts: Vec<String> = d
+                    .aborts
+                    .iter()
+                    .map(|(c, n)| format!("{} {n}", Shown(c)))
+                    .collect();
                 out.push_str(&format!(
                     "  plugins stopped by the host: {}\n",
                     if aborts.is_empty() {
@@ -831,12 +809,14 @@ fn table(rows: &[Vec<String>]) -> String {
     out
 }
 
-/// `text` wrapped at 80 columns, each line led by `lead`.
+/// `text` wrapped at 80 columns, each line led by `lead`; others' text, so
+/// shown with its control characters escaped.
 fn wrap(text: &str, lead: &str) -> String {
     let width = 80usize.saturating_sub(lead.chars().count()).max(20);
     let mut out = String::new();
     let mut line = String::new();
     for word in text.split_whitespace() {
+        let word = printable(word);
         if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > width {
             out.push_str(lead);
             out.push_str(&line);
@@ -846,7 +826,7 @@ fn wrap(text: &str, lead: &str) -> String {
         if !line.is_empty() {
             line.push(' ');
         }
-        line.push_str(word);
+        line.push_str(&word);
     }
     if !line.is_empty() {
         out.push_str(lead);

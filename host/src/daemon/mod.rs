@@ -25,6 +25,7 @@
 
 pub mod client;
 mod metrics;
+pub mod scrape;
 mod workers;
 pub use wasm_cni_client::wire;
 

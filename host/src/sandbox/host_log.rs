@@ -32,13 +32,11 @@ impl Host for Ctx {
             msg.truncate(cut);
             msg.push('…');
         }
-        // Control characters could forge extra log lines.
-        let msg: String = msg
-            .chars()
-            .map(|c| if c.is_control() { ' ' } else { c })
-            .collect();
+        // Control characters could forge extra log lines or drive the
+        // terminal: counted as the escapes they are shown as.
+        let msg = crate::text::printable(&msg);
         self.log_bytes += msg.len();
-        log::log(level, &self.plugin, msg);
+        log::log(level, &self.plugin, &msg);
         if self.log_bytes >= MAX_LOG_BYTES {
             log::log(
                 log::Level::Warn,

@@ -12,14 +12,15 @@
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::net::IpAddr;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
-use rustix::fs::{flock, FlockOperation};
 use serde::Serialize;
 
 use super::{valid_key, Entry, Owner, Scope, StateStore, StoreError, StoreResult};
 use crate::cni::env::valid_name;
+use crate::text::{shown, Shown};
 
 /// The scope plugin the import writes to.
 pub const HOST_LOCAL: &str = "host-local";
@@ -214,12 +215,13 @@ pub fn render(views: &[ScopeView], all: bool) -> String {
                 State::Quarantined => "quarantined",
                 State::Free => "free",
             };
+            // Keys and owners are what plugins and runtimes wrote.
             rows.push([
-                v.network.clone(),
-                v.plugin.clone(),
-                e.key.clone(),
+                shown(Shown(&v.network)),
+                shown(Shown(&v.plugin)),
+                shown(Shown(&e.key)),
                 state.into(),
-                format!("{}/{}", e.container_id, e.ifname),
+                shown(format_args!("{}/{}", e.container_id, e.ifname)),
                 age,
             ]);
         }
@@ -244,8 +246,8 @@ pub fn render(views: &[ScopeView], all: bool) -> String {
         let wait = v.reuse_wait_ms.map_or_else(|| "unknown".to_string(), human);
         out.push_str(&format!(
             "# {} {}: {} allocated, {} quarantined (reuseIPWait {wait}), {} free in history\n",
-            v.network,
-            v.plugin,
+            Shown(&v.network),
+            Shown(&v.plugin),
             v.count(State::Allocated),
             v.count(State::Quarantined),
             v.count(State::Free),
