@@ -548,7 +548,23 @@ fn publish_when_ready(record: &Path) {
                         "publish-conflist: nothing pending in {} any more",
                         record.display()
                     ),
-                    Err(e) => tracing::error!(event = "publish-conflist", "publish-conflist: {e}"),
+                    // An installer is at work: what it leaves pending is
+                    // published on the next round.
+                    Err(install::PublishError::Busy(why)) => {
+                        if why != last {
+                            tracing::warn!(
+                                event = "publish-conflist",
+                                "publish-conflist: the daemon answers, the conflist waits: {why}"
+                            );
+                            last = why;
+                        }
+                        std::thread::sleep(pause);
+                        pause = (pause * 2).min(Duration::from_secs(2));
+                        continue;
+                    }
+                    Err(install::PublishError::Failed(e)) => {
+                        tracing::error!(event = "publish-conflist", "publish-conflist: {e}")
+                    }
                 }
                 return;
             }

@@ -48,16 +48,133 @@ pub fn in_dir<T>(dir: &Path, mut op: impl FnMut() -> io::Result<T>) -> io::Resul
 
 /// Open (creating it, mode 0600) the lock file `path`, and its directory
 /// when that is missing: the state's and the stores' per-attachment and
-/// per-scope locks.
+/// per-scope locks, the install record's and the image store's.
+///
+/// flock needs only a descriptor, and any descriptor will do, even one
+/// opened read-only: whoever can open a lock file can hold it, and every
+/// caller that waits on it waits for them. So a lock file is one only its
+/// owner can open: made 0600, never followed through a link, and refused
+/// when it is not a regular file of this user's or root's. One left group-
+/// or world-readable (by an older wasm-cni, or by hand) is made 0600.
 pub fn open_lock_file(path: &Path) -> io::Result<File> {
-    in_dir(path.parent().unwrap_or(Path::new(".")), || {
+    let file = in_dir(path.parent().unwrap_or(Path::new(".")), || {
         fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .mode(0o600)
+            // A FIFO planted there fails at once instead of waiting for a
+            // reader.
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(path)
-    })
+    })?;
+    private_lock(&file)?;
+    Ok(file)
+}
+
+/// `file` is a lock only root or this user can open (see
+/// [`open_lock_file`]).
+fn private_lock(file: &File) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file: not a lock of ours",
+        ));
+    }
+    let euid = rustix::process::geteuid().as_raw();
+    if meta.uid() != euid && meta.uid() != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "owned by uid {}, neither root nor {euid}: whoever owns a lock file can hold it",
+                meta.uid()
+            ),
+        ));
+    }
+    if meta.mode() & 0o077 != 0 {
+        rustix::fs::fchmod(file, rustix::fs::Mode::from_raw_mode(0o600))?;
+    }
+    Ok(())
+}
+
+/// Take `file`'s exclusive lock within `wait`; past it, an error that says
+/// what `what` is and who holds it (from `/proc/locks`), for an operator's
+/// command or a log line. For locks a command takes for seconds at most
+/// (an install, an image pull or removal, the state's own).
+pub fn lock_within(file: &File, what: &str, wait: Duration) -> Result<(), String> {
+    let now = Instant::now();
+    lock_until(file, what, now, now + wait)
+}
+
+/// [`lock_within`] for a wait that began at `since` (a caller that tries
+/// more than one file) and ends at `deadline`.
+pub fn lock_until(
+    file: &File,
+    what: &str,
+    since: Instant,
+    deadline: Instant,
+) -> Result<(), String> {
+    match lock_exclusive(file, Some(deadline)) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::TimedOut => Err(format!(
+            "{what} is held by {} (waited {} ms)",
+            holders(file),
+            deadline.saturating_duration_since(since).as_millis()
+        )),
+        Err(e) => Err(format!("{what}: {e}")),
+    }
+}
+
+/// Who holds a flock on `file`: the processes `/proc/locks` names for its
+/// inode, with their command names (as [`crate::text`] shows others' text),
+/// or "another process" when it names none (a holder in another pid
+/// namespace shows as none, or as pid 0).
+pub(crate) fn holders(file: &File) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = file.metadata() else {
+        return "another process".into();
+    };
+    let dev = meta.dev();
+    let id = format!(
+        "{:02x}:{:02x}:{}",
+        rustix::fs::major(dev),
+        rustix::fs::minor(dev),
+        meta.ino()
+    );
+    let locks = fs::read_to_string("/proc/locks").unwrap_or_default();
+    let mut pids: Vec<u32> = locks
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // `N: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE START END`; a
+            // waiter's line has `->` after the number.
+            match fields.as_slice() {
+                [_, "FLOCK", _, _, pid, at, ..] if *at == id => pid.parse().ok(),
+                _ => None,
+            }
+        })
+        .filter(|pid| *pid > 0)
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    if pids.is_empty() {
+        return "another process".into();
+    }
+    let named: Vec<String> = pids
+        .iter()
+        .map(|pid| {
+            let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            let comm = crate::text::printable(comm.trim_end());
+            if comm.is_empty() {
+                format!("pid {pid}")
+            } else {
+                format!("pid {pid} ({comm})")
+            }
+        })
+        .collect();
+    named.join(", ")
 }
 
 /// Write via a temporary file, fsync and rename: a concurrent reader sees
@@ -625,6 +742,50 @@ mod tests {
         drop(held);
         lock_gated(open(), Some(Instant::now())).unwrap();
         let _ = fs::remove_file(&path);
+    }
+
+    #[test]
+    fn a_lock_file_only_its_owner_can_open_and_a_timeout_names_the_holder() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = exchange_dir("private-lock");
+        let path = dir.join("sub/x.lock");
+        let file = open_lock_file(&path).unwrap();
+        assert_eq!(file.metadata().unwrap().permissions().mode() & 0o777, 0o600);
+        // One left readable by others is closed.
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+        let again = open_lock_file(&path).unwrap();
+        assert_eq!(
+            again.metadata().unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        // A link or a FIFO in its place is not a lock.
+        let link = dir.join("link.lock");
+        std::os::unix::fs::symlink(&path, &link).unwrap();
+        assert!(open_lock_file(&link).is_err());
+        let fifo = dir.join("fifo.lock");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let started = Instant::now();
+        assert!(open_lock_file(&fifo).is_err());
+        assert!(started.elapsed() < Duration::from_secs(1));
+        // Held by this process: the message names it.
+        lock_exclusive(&file, None).unwrap();
+        let e = lock_within(&again, "the lock", Duration::from_millis(30)).unwrap_err();
+        let me = format!("pid {}", std::process::id());
+        assert!(
+            e.starts_with("the lock is held by ") && e.contains(&me),
+            "{e}"
+        );
+        assert!(e.ends_with("(waited 30 ms)"), "{e}");
+        drop(file);
+        lock_within(&again, "the lock", Duration::from_millis(30)).unwrap();
+        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //! uninstall removing a file changed since, or the binaries DEL still needs.
 
 use std::fs;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -646,8 +646,33 @@ fn the_conflist_is_written_once_the_daemon_answers() {
                 .unwrap(),
         )
     };
+    // A local user's flock on the record's directory holds up nothing;
+    // another installer's lock (root's) holds the publisher back only
+    // while it is held.
+    let _held = Holder::new(NOBODY, node.record().parent().unwrap());
+    let installer = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(node.record().with_file_name(".install.json.lock"))
+        .unwrap();
+    flock_here(&installer);
     let mut d = daemon(&log);
     let started = std::time::Instant::now();
+    while !fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("the conflist waits: the install record's lock")
+    {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "{}",
+            fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(!node.conflist().exists(), "published under another's lock");
+    drop(installer);
     while !node.conflist().exists() {
         assert!(
             started.elapsed() < std::time::Duration::from_secs(20),
@@ -915,4 +940,143 @@ fn pod_cidrs_come_from_the_api_server_or_a_clear_error() {
     );
     let (code, out, err) = uninstall(&node, &image.bin(), &[]);
     assert_eq!(code, 0, "{out}\n{err}");
+}
+
+/// A flock held by another process for the life of this value.
+struct Holder(std::process::Child);
+
+impl Holder {
+    /// `flock -s PATH` by `who` (`setpriv` arguments, or none for root),
+    /// once it holds the lock.
+    fn new(who: &[&str], path: &Path) -> Holder {
+        use std::io::BufRead;
+        let mut cmd = match who.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest);
+                c.arg("flock");
+                c
+            }
+            None => Command::new("flock"),
+        };
+        // --no-fork: the process killed on drop is the one holding it.
+        let mut child = cmd
+            .args(["--no-fork", "-s"])
+            .arg(path)
+            .args(["-c", "echo held; exec sleep 600"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        let out = child.stdout.take().unwrap();
+        std::io::BufReader::new(out).read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "held", "flock {}", path.display());
+        Holder(child)
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+const NOBODY: &[&str] = &[
+    "setpriv",
+    "--reuid=65534",
+    "--regid=65534",
+    "--clear-groups",
+];
+
+/// What a local user (uid 65534) controls here: every file and directory of
+/// the node it may open, and a flock needs nothing more. What it must not
+/// gain: a wait of install, uninstall or the daemon's publisher. The
+/// installer's lock was the record's directory, which anyone may open: a
+/// shared flock on it made every installer wait without end. Now the lock
+/// is a file only root opens, gone when the command is; the one holder an
+/// installer waits for (another installer) makes it give up within
+/// `--lock-wait-ms`, naming the holder, having written nothing.
+#[test]
+fn no_local_user_can_hold_the_installers_lock() {
+    if !is_root("no_local_user_can_hold_the_installers_lock") {
+        return;
+    }
+    let image = Image::new("lockuser");
+    let node = Node::new("lockuser");
+    let template = node.template();
+    let record_dir = node.record().parent().unwrap().to_path_buf();
+    fs::create_dir_all(&record_dir).unwrap();
+    let _dir_held = Holder::new(NOBODY, &record_dir);
+    let _root_held = Holder::new(NOBODY, node.root.path());
+    let (code, out, err) = run(&image.bin(), &node.install_args(&template));
+    assert_eq!(code, 0, "install waited for a local user:\n{out}\n{err}");
+    let lock = record_dir.join(".install.json.lock");
+    assert!(!lock.exists(), "install left its lock behind");
+
+    // Another installer (root, so the one holder that counts) holds it:
+    // this one gives up within its bound, naming it, and writes nothing.
+    let lock_file = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(&lock)
+        .unwrap();
+    flock_here(&lock_file);
+    // What only root may open, uid 65534 cannot even try to hold.
+    let tried = Command::new(NOBODY[0])
+        .args(&NOBODY[1..])
+        .args(["flock", "-n", "-s"])
+        .arg(&lock)
+        .arg("true")
+        .output()
+        .unwrap();
+    assert!(!tried.status.success(), "uid 65534 opened the lock");
+    let before = node.files();
+    let mut args = node.install_args(&template);
+    args.extend(["--lock-wait-ms".into(), "300".into()]);
+    let started = std::time::Instant::now();
+    let (code, out, err) = run(&image.bin(), &args);
+    assert_eq!(code, 1, "{out}\n{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    let me = format!("pid {}", std::process::id());
+    assert!(
+        err.contains("the install record's lock") && err.contains(&me) && err.contains("300 ms"),
+        "{err}"
+    );
+    assert_eq!(
+        node.files(),
+        before,
+        "written while another installer held the lock"
+    );
+    let (code, _, err) = uninstall(&node, &image.bin(), &["--lock-wait-ms", "300"]);
+    assert_eq!(code, 1);
+    assert!(err.contains(&me), "{err}");
+    drop(lock_file);
+
+    // A lock file that is not root's is nobody's lock: refused, named.
+    fs::write(&lock, b"").unwrap();
+    sh_ok(&["chown", "65534:65534", lock.to_str().unwrap()]);
+    let (code, _, err) = run(&image.bin(), &node.install_args(&template));
+    assert_eq!(code, 1);
+    assert!(err.contains("owned by uid 65534"), "{err}");
+    fs::remove_file(&lock).unwrap();
+
+    let (code, out, err) = uninstall(&node, &image.bin(), &[]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(!node.record().exists() && !lock.exists());
+}
+
+/// An exclusive flock on `file`, held by this process until it is closed.
+fn flock_here(file: &fs::File) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a valid descriptor of `file`, which outlives the call.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    assert_eq!(rc, 0, "flock: {}", std::io::Error::last_os_error());
+}
+
+fn sh_ok(args: &[&str]) {
+    let s = Command::new(args[0]).args(&args[1..]).status().unwrap();
+    assert!(s.success(), "{args:?}");
 }

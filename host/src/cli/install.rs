@@ -31,6 +31,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command as Process;
 use std::rc::Rc;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -82,6 +83,10 @@ pub struct InstallArgs {
     /// "require".
     #[arg(long)]
     defer_conflist: bool,
+    /// How long to wait for another install or uninstall of the same
+    /// record before giving up, naming it.
+    #[arg(long, value_name = "MS", default_value_t = RECORD_LOCK_WAIT_MS)]
+    lock_wait_ms: u64,
     #[command(flatten)]
     kube: super::kube::KubeArgs,
 }
@@ -95,6 +100,9 @@ pub struct UninstallArgs {
     /// cannot be deleted through the runtime).
     #[arg(long)]
     force: bool,
+    /// How long to wait for an install or uninstall of the same record.
+    #[arg(long, value_name = "MS", default_value_t = RECORD_LOCK_WAIT_MS)]
+    lock_wait_ms: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -176,25 +184,67 @@ struct Planned {
     current: bool,
 }
 
-/// One installer at a time per record (an init container restarted while
-/// an operator runs one by hand): a lock on the record's directory, held
-/// until the process ends. A lock on the directory rather than on a file of
-/// its own: refused input leaves nothing behind, not even a lock file.
-fn lock_record(record: &Path) -> Result<File, String> {
+/// How long `install` and `uninstall` wait for another installer (an init
+/// container restarted while an operator runs one by hand) by default.
+pub const RECORD_LOCK_WAIT_MS: u64 = 60_000;
+/// How long the daemon's publisher waits for it: an installer holds it for
+/// the whole install, and the publisher tries again later instead.
+const PUBLISH_LOCK_WAIT: Duration = Duration::from_millis(500);
+
+/// One installer at a time per record: `.<record>.lock` beside it, held
+/// until the command ends. A lock file only root (the installer's user) can
+/// open: a lock on the record's directory, as this once was, could be held
+/// by any local user who could list it, and every installer, uninstall and
+/// the daemon's publisher waited for them without end. The holder removes
+/// the file as it lets go, so nothing stays behind; a waiter that then gets
+/// the lock of the removed file sees that the path no longer names it and
+/// starts over on the path's new file.
+struct RecordLock {
+    file: File,
+    path: PathBuf,
+}
+
+fn lock_record(record: &Path, wait: Duration) -> Result<RecordLock, String> {
+    use std::os::unix::fs::MetadataExt;
     let dir = match record.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let file = File::open(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    crate::fsutil::lock_exclusive(&file, None).map_err(|e| format!("{}: {e}", dir.display()))?;
-    Ok(file)
+    let name = record
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "install.json".into());
+    let path = dir.join(format!(".{name}.lock"));
+    let what = format!("the install record's lock {}", path.display());
+    let since = std::time::Instant::now();
+    let deadline = since + wait;
+    loop {
+        let file =
+            crate::fsutil::open_lock_file(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        crate::fsutil::lock_until(&file, &what, since, deadline)?;
+        let held = file.metadata().map_err(|e| format!("{what}: {e}"))?;
+        let named = fs::symlink_metadata(&path)
+            .is_ok_and(|now| (now.dev(), now.ino()) == (held.dev(), held.ino()));
+        if named {
+            return Ok(RecordLock { file, path });
+        }
+    }
+}
+
+impl Drop for RecordLock {
+    fn drop(&mut self) {
+        use std::os::unix::fs::MetadataExt;
+        let ours = match (self.file.metadata(), fs::symlink_metadata(&self.path)) {
+            (Ok(held), Ok(now)) => (now.dev(), now.ino()) == (held.dev(), held.ino()),
+            _ => false,
+        };
+        if ours {
+            let _ = fs::remove_file(&self.path);
+        }
+    }
 }
 
 pub fn install(a: &InstallArgs) -> Result<i32, String> {
-    let _lock = lock_record(&a.record)?;
-    let mut record = Record::load(&a.record)?.unwrap_or_default();
-
     // Everything is read and checked first.
     let (conflist, conf, daemon_mode) = render(a)?;
     let engine_path = std::env::current_exe().map_err(|e| format!("this binary: {e}"))?;
@@ -255,6 +305,9 @@ pub fn install(a: &InstallArgs) -> Result<i32, String> {
             a.conf_dir.display()
         ));
     }
+    // What the record says is read under its lock, and written under it.
+    let _lock = lock_record(&a.record, Duration::from_millis(a.lock_wait_ms))?;
+    let mut record = Record::load(&a.record)?.unwrap_or_default();
     for p in &mut plan {
         p.current = check_ours(p, &record)?;
     }
@@ -371,12 +424,26 @@ fn status_call(
     Ok((stdin, dirs.join(":")))
 }
 
+/// Why [`publish`] wrote nothing.
+#[derive(Debug)]
+pub enum PublishError {
+    /// An installer holds the record now: try again later.
+    Busy(String),
+    Failed(String),
+}
+
 /// Write the pending conflist, under the record's lock and by install's
 /// rules (a file there that install did not write is left, and this
 /// fails). Returns its path, or None when nothing was pending (another
-/// publisher, or an install since, got there first).
-pub fn publish(record_path: &Path) -> Result<Option<PathBuf>, String> {
-    let _lock = lock_record(record_path)?;
+/// publisher, or an install since, got there first). It waits for the lock
+/// briefly: an installer holding it is mid-install, and what it leaves
+/// pending is published on a later try.
+pub fn publish(record_path: &Path) -> Result<Option<PathBuf>, PublishError> {
+    let _lock = lock_record(record_path, PUBLISH_LOCK_WAIT).map_err(PublishError::Busy)?;
+    publish_locked(record_path).map_err(PublishError::Failed)
+}
+
+fn publish_locked(record_path: &Path) -> Result<Option<PathBuf>, String> {
     let Some(mut record) = Record::load(record_path)? else {
         return Ok(None);
     };
@@ -397,7 +464,7 @@ pub fn publish(record_path: &Path) -> Result<Option<PathBuf>, String> {
 }
 
 pub fn uninstall(a: &UninstallArgs) -> Result<i32, String> {
-    let _lock = lock_record(&a.record)?;
+    let _lock = lock_record(&a.record, Duration::from_millis(a.lock_wait_ms))?;
     let Some(mut record) = Record::load(&a.record)? else {
         println!(
             "nothing to uninstall: {} does not exist",
@@ -449,7 +516,8 @@ pub fn uninstall(a: &UninstallArgs) -> Result<i32, String> {
             ));
         }
         eprintln!(
-            "wasm-cni: --force: {which}; their pods cannot be deleted through the runtime now"
+            "wasm-cni: --force: {}; their pods cannot be deleted through the runtime now",
+            crate::text::Shown(&which)
         );
     }
     // The conflist first: the runtime stops sending ADDs for this network

@@ -20,7 +20,19 @@ use super::{
     parse_manifest, Descriptor, Digest, ImageError, ImageRef, WasmManifest, MANIFEST_MEDIA_TYPE,
     MAX_MANIFEST_BYTES,
 };
-use crate::fsutil::{lock_exclusive, write_atomic};
+use crate::fsutil::{lock_within, open_lock_file, write_atomic};
+
+/// The store's lock, beside the layout's own files. Not `.lock`, the name an
+/// older wasm-cni created readable by anyone: a descriptor someone opened
+/// on that file before an upgrade must not hold this one.
+const LOCK_FILE: &str = ".wasm-cni.lock";
+/// How long a pull or a removal waits for another.
+pub const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Repositories one manifest may be recorded as pulled from, and the size
+/// of that record.
+const MAX_PROVENANCE: usize = 64;
+const MAX_PROVENANCE_BYTES: u64 = 64 << 10;
 
 /// The annotation OCI layouts name an entry of index.json by.
 const REF_NAME: &str = "org.opencontainers.image.ref.name";
@@ -159,17 +171,17 @@ impl ImageStore {
     }
 
     /// Run `f` holding the store's lock: a pull's writes (blobs, then
-    /// manifest, then index) and a removal's sweep never interleave.
+    /// manifest, then index) and a removal's sweep never interleave. The
+    /// lock is a file only root opens (`fsutil::open_lock_file`): the
+    /// store's `.lock` of old was created readable by anyone, and any local
+    /// user holding it hung every pull and `images rm`. A wait ends after
+    /// [`LOCK_WAIT`], naming who holds it.
     pub fn locked<T>(&self, f: impl FnOnce() -> Result<T, ImageError>) -> Result<T, ImageError> {
         self.init()?;
-        let lock_path = self.dir.join(".lock");
-        let lock = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| io_err(&lock_path, e))?;
-        lock_exclusive(&lock, None).map_err(|e| io_err(&lock_path, e))?;
+        let lock_path = self.dir.join(LOCK_FILE);
+        let lock = open_lock_file(&lock_path).map_err(|e| io_err(&lock_path, e))?;
+        let what = format!("the image store's lock {}", lock_path.display());
+        lock_within(&lock, &what, LOCK_WAIT).map_err(ImageError::Io)?;
         f()
     }
 

@@ -43,6 +43,9 @@ impl DiskRecords {
     }
 }
 
+/// How long a call waits for the state directory's own lock.
+const LOCK_ALL_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// An attachment's lock file, held; removed with the record, so that lock
 /// files do not pile up for every container a node ever ran.
 struct FileLock {
@@ -159,9 +162,11 @@ impl AttachmentRecords for DiskRecords {
     fn lock_all(&self) -> io::Result<Lock> {
         let path = self.locks.join("all.lock");
         let file = open_lock_file(&path)?;
-        Ok(Box::new(FileLock {
-            _held: lock_gated(file, None)?,
-        }))
+        // Held briefly, and only by wasm-cni's own calls (it is root's
+        // file): a holder for longer is a hung process, not worth waiting
+        // for without end.
+        let held = lock_gated(file, Some(Instant::now() + LOCK_ALL_WAIT));
+        Ok(Box::new(FileLock { _held: held? }))
     }
 
     fn list(&self, network: &str) -> io::Result<Vec<AttachmentRecord>> {

@@ -413,19 +413,28 @@ pub fn import_host_local(
 }
 
 /// Hold the reference plugin's own lock while reading, so a host-local
-/// still running on the node cannot change the directory meanwhile.
+/// still running on the node cannot change the directory meanwhile. That
+/// file is the reference plugin's, made readable by anyone: the wait is
+/// bounded and names who holds it.
 fn lock_reference(dir: &Path) -> Result<Option<File>, ImportError> {
     let path = dir.join("lock");
-    match OpenOptions::new().read(true).open(&path) {
+    match OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(&path)
+    {
         Ok(f) => {
-            flock(&f, FlockOperation::LockExclusive)
-                .map_err(|e| io_at(&path)(io::Error::from(e)))?;
+            crate::fsutil::lock_within(&f, "the reference host-local's lock", REFERENCE_LOCK_WAIT)
+                .map_err(|why| io_at(&path)(io::Error::other(why)))?;
             Ok(Some(f))
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(io_at(&path)(e)),
     }
 }
+
+/// How long an import waits for a reference host-local at work.
+const REFERENCE_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 fn mtime_ms(path: &Path) -> Option<u64> {
     let t = fs::metadata(path).ok()?.modified().ok()?;
