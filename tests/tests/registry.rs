@@ -1132,3 +1132,166 @@ fn untrusted_images_are_refused_by_rule_and_nothing_is_stored() {
         "{e}"
     );
 }
+
+/// What a config controls here: the name it gives an image it pins by
+/// digest. What it must not gain: an image the trust policy refuses, by
+/// calling it something a rule lets through. The store finds an image by
+/// its manifest digest alone, so the policy judges where the node pulled
+/// that manifest from: a config must name one of those repositories, and
+/// every one of them must pass. Naming an image pulled from `cni/evil`
+/// (signed only by a key since revoked) as `dev/evil`, under a `skip` rule
+/// for `dev/*`, once loaded and ran it.
+#[test]
+fn a_name_in_a_config_reaches_no_rule_the_pull_did_not() {
+    if !is_root("a_name_in_a_config_reaches_no_rule_the_pull_did_not") {
+        return;
+    }
+    let pod = Pod::new("prov");
+    let reg = Registry::start(&pod.node, None);
+    let addr = reg.addr.clone();
+    let dir = TempDir::new("prov");
+    keygen(&pod.node, &dir, "a");
+    let (r_key, _) = keygen(&pod.node, &dir, "r");
+    let images = dir.join("images");
+
+    // Pulled while r was trusted; the IPAM from dev/, which needs nothing.
+    let evil = ok(push_signed(
+        &pod.node,
+        &r_key,
+        "ptp",
+        &format!("{addr}/cni/evil:v1"),
+    ));
+    let ipam = ok(push(
+        &pod.node,
+        &[],
+        &plugin("host-local"),
+        &format!("{addr}/dev/host-local:v1"),
+    ));
+    let then = policy(
+        &dir,
+        "then.json",
+        json!([{"match": format!("{addr}/cni/*"), "action": "verify", "keys": ["r.pub"]},
+               {"match": format!("{addr}/dev/*"), "action": "skip"}]),
+    );
+    ok(pull_under(&pod.node, &images, &evil, &then));
+    ok(pull_under(&pod.node, &images, &ipam, &then));
+    drop(reg);
+
+    // r is revoked: cni/* wants a's signature; dev/* is still skipped.
+    let today = policy(
+        &dir,
+        "today.json",
+        json!([{"match": format!("{addr}/dev/*"), "action": "skip"},
+               {"match": format!("{addr}/cni/*"), "action": "verify",
+                "keys": ["a.pub"]},
+               {"match": "*", "action": "deny"}]),
+    );
+    let renamed = format!("{addr}/dev/evil@{}", digest_of(&evil));
+    let run = |bridge_like: &str, id: &str| {
+        pod.run(
+            Invocation::new("ADD")
+                .id(id)
+                .env("WASM_CNI_TRUST_POLICY", today.to_str().unwrap()),
+            &conf(&dir, &images, bridge_like, &ipam, "10.215.9.0/24"),
+        )
+    };
+    let out = run(&renamed, "p1");
+    assert_eq!(out.error_code(), 7, "the renamed image ran: {}", out.stdout);
+    assert!(
+        out.error_msg().contains(&format!(
+            "pulled that manifest from {addr}/cni/evil, never from {addr}/dev/evil"
+        )),
+        "{}",
+        out.error_msg()
+    );
+    assert!(pod.ctr.link("eth0").is_none(), "something of it ran");
+    // Under its own name its rule refuses it, as it should.
+    let out = run(&evil, "p2");
+    assert_eq!(out.error_code(), 7, "{}", out.stdout);
+    assert!(
+        out.error_msg().contains("not by any key of the rule"),
+        "{}",
+        out.error_msg()
+    );
+    // Through the daemon, whose operator's policy decides, the same.
+    let daemon = Daemon::start(&pod.node.name, &["--trust-policy", today.to_str().unwrap()]);
+    let via = daemon.conf(
+        &conf(&dir, &images, &renamed, &ipam, "10.215.9.0/24"),
+        "require",
+    );
+    let out = pod.run(Invocation::new("ADD").id("p3"), &via);
+    assert_eq!(out.error_code(), 7, "the renamed image ran: {}", out.stdout);
+    assert!(
+        out.error_msg().contains("never from"),
+        "{}",
+        out.error_msg()
+    );
+    drop(daemon);
+
+    // One manifest pulled from two repositories, one of which a rule now
+    // denies: denied under the other name too.
+    let reg = Registry::start(&pod.node, None);
+    let addr2 = reg.addr.clone();
+    let both = dir.join("images-both");
+    let lax = policy(&dir, "lax.json", json!([{"match": "*", "action": "skip"}]));
+    let tool_dev = ok(push(
+        &pod.node,
+        &[],
+        &plugin("ptp"),
+        &format!("{addr2}/dev/tool:v1"),
+    ));
+    let tool_bad = ok(push(
+        &pod.node,
+        &[],
+        &plugin("ptp"),
+        &format!("{addr2}/bad/tool:v1"),
+    ));
+    assert_eq!(digest_of(&tool_dev), digest_of(&tool_bad), "one manifest");
+    let ipam2 = ok(push(
+        &pod.node,
+        &[],
+        &plugin("host-local"),
+        &format!("{addr2}/dev/host-local:v1"),
+    ));
+    for image in [&tool_dev, &tool_bad, &ipam2] {
+        ok(pull_under(&pod.node, &both, image, &lax));
+    }
+    drop(reg);
+    let deny_bad = policy(
+        &dir,
+        "deny-bad.json",
+        json!([{"match": format!("{addr2}/bad/*"), "action": "deny"},
+               {"match": "*", "action": "skip"}]),
+    );
+    let out = pod.run(
+        Invocation::new("ADD")
+            .id("p4")
+            .env("WASM_CNI_TRUST_POLICY", deny_bad.to_str().unwrap()),
+        &conf(&dir, &both, &tool_dev, &ipam2, "10.215.10.0/24"),
+    );
+    assert_eq!(out.error_code(), 7, "{}", out.stdout);
+    assert!(
+        out.error_msg()
+            .contains(&format!("{addr2}/bad/tool: denied by rule 1"))
+            && out
+                .error_msg()
+                .contains("is the same manifest, pulled from there too"),
+        "{}",
+        out.error_msg()
+    );
+    // What no rule refuses runs, under the name it was pulled from.
+    let out = pod.run(
+        Invocation::new("ADD")
+            .id("p5")
+            .env("WASM_CNI_TRUST_POLICY", lax.to_str().unwrap()),
+        &conf(&dir, &both, &tool_dev, &ipam2, "10.215.10.0/24"),
+    );
+    out.assert_ok();
+    pod.run(
+        Invocation::new("DEL")
+            .id("p5")
+            .env("WASM_CNI_TRUST_POLICY", lax.to_str().unwrap()),
+        &conf(&dir, &both, &tool_dev, &ipam2, "10.215.10.0/24"),
+    )
+    .assert_ok();
+}

@@ -848,25 +848,59 @@ impl Trust {
     }
 }
 
+/// The policy judges where the bytes came from, not what the config calls
+/// them: the store finds an image by its manifest digest alone, so a name
+/// is only a claim. An image passes when the config names one of the
+/// repositories this node pulled that manifest from, and every one of them
+/// passes the policy: a digest known under a name a rule denies stays
+/// denied whatever the config calls it, and no `skip` rule is reached by
+/// renaming.
 fn trusted(policy: &Policy, store: &ImageStore, image: &ImageRef) -> Result<(), ImageError> {
+    use crate::image::sign::docker_reference;
     let Some(manifest) = &image.digest else {
         return Err(ImageError::Unpinned(image.to_string()));
     };
-    policy
-        .decide(image, manifest, &mut || {
-            store.signatures(manifest).map_err(|e| e.to_string())
-        })
-        .map(drop)
-        .map_err(|why| {
-            ImageError::Refused(if policy.wants_signatures(image) {
-                format!(
-                    "{why} (the signatures checked are those its pull verified; `wasm-cni \
-                     pull` it again under this policy to fetch others)"
-                )
-            } else {
-                why
+    let named = docker_reference(image);
+    let pulled_from = store.provenance(manifest)?;
+    if pulled_from.is_empty() {
+        return Err(ImageError::Refused(format!(
+            "{named}@{manifest}: this node has no record of where it pulled that manifest              from, which the trust policy {} judges; `wasm-cni pull {named}@{manifest}`              records it",
+            policy.path().display()
+        )));
+    }
+    if !pulled_from.contains(&named) {
+        return Err(ImageError::Refused(format!(
+            "{named}@{manifest}: this node pulled that manifest from {}, never from {named};              the trust policy {} judges an image by the repository it came from, so a config              names it by that one",
+            pulled_from.join(", "),
+            policy.path().display()
+        )));
+    }
+    // The config's own name first: its refusal is the one to show.
+    let mut order = vec![named.clone()];
+    order.extend(pulled_from.into_iter().filter(|r| *r != named));
+    for from in order {
+        let as_pulled: ImageRef = format!("{from}@{manifest}").parse()?;
+        policy
+            .decide(&as_pulled, manifest, &mut || {
+                store.signatures(manifest).map_err(|e| e.to_string())
             })
-        })
+            .map_err(|why| {
+                let also = if from == named {
+                    String::new()
+                } else {
+                    format!(" ({named} is the same manifest, pulled from there too)")
+                };
+                ImageError::Refused(if policy.wants_signatures(&as_pulled) {
+                    format!(
+                        "{why}{also} (the signatures checked are those its pulls verified; \
+                         `wasm-cni pull` it again under this policy to fetch others)"
+                    )
+                } else {
+                    format!("{why}{also}")
+                })
+            })?;
+    }
+    Ok(())
 }
 
 /// `ipam.type` of a chain entry, if it delegates.

@@ -167,6 +167,9 @@ pub fn pull(
                 if matches!(trust, Some(Decision::Verified { .. })) {
                     store.put_signatures(&digest, &signatures)?;
                 }
+                // Where it came from, which the policy judges at every load
+                // (a config may name it otherwise).
+                store.add_provenance(&digest, image)?;
                 // The manifest last: once it is there, so is all it names.
                 store.put_blob(&digest, &reply.body)?;
                 store.record(&image.to_string(), &digest, reply.body.len() as u64)

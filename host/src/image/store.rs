@@ -194,15 +194,24 @@ impl ImageStore {
     }
 
     /// Keep the signatures of `manifest` (each payload and its base64
-    /// signature), for loads to check against the policy of the day.
-    /// Under [`Self::locked`].
+    /// signature), for loads to check against the policy of the day, with
+    /// those kept from its pulls from other repositories (each names the
+    /// repository it signs for). Under [`Self::locked`].
     pub fn put_signatures(
         &self,
         manifest: &Digest,
         signatures: &[(Vec<u8>, String)],
     ) -> Result<(), ImageError> {
         use base64::Engine as _;
-        let list: Vec<Value> = signatures
+        // A kept file that no longer reads is replaced, not kept.
+        let mut all = self.signatures(manifest).unwrap_or_default();
+        for s in signatures {
+            if !all.contains(s) {
+                all.push(s.clone());
+            }
+        }
+        let keep = all.len().saturating_sub(super::sign::MAX_SIGNATURES);
+        let list: Vec<Value> = all[keep..]
             .iter()
             .map(|(payload, sig)| {
                 json!({
@@ -256,6 +265,93 @@ impl ImageStore {
                 }
             })
             .collect()
+    }
+
+    /// Where the provenance of `manifest` is kept:
+    /// `provenance/<hex>.json`, beside its signatures.
+    fn provenance_path(&self, manifest: &Digest) -> PathBuf {
+        self.dir
+            .join("provenance")
+            .join(format!("{}.json", manifest.hex()))
+    }
+
+    /// Record that this node pulled `manifest` from `image`'s repository
+    /// (`REGISTRY/REPOSITORY`), beside every repository it was pulled from
+    /// before. Under [`Self::locked`].
+    pub fn add_provenance(&self, manifest: &Digest, image: &ImageRef) -> Result<(), ImageError> {
+        let mut from = self.provenance(manifest)?;
+        let repository = super::sign::docker_reference(image);
+        if from.contains(&repository) {
+            return Ok(());
+        }
+        if from.len() >= MAX_PROVENANCE {
+            return Err(ImageError::Invalid {
+                what: format!("provenance of {manifest}"),
+                why: format!(
+                    "pulled from {MAX_PROVENANCE} repositories already; `wasm-cni images rm` it first"
+                ),
+            });
+        }
+        from.push(repository);
+        let path = self.provenance_path(manifest);
+        if let Some(dir) = path.parent() {
+            fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
+        }
+        let bytes = serde_json::to_vec(&json!({ "repositories": from }))
+            .map_err(|e| ImageError::Io(format!("{}: {e}", path.display())))?;
+        write_atomic(&path, &bytes).map_err(|e| io_err(&path, e))
+    }
+
+    /// The repositories (`REGISTRY/REPOSITORY`) this node pulled `manifest`
+    /// from, in the order it did. A store an older wasm-cni filled has no
+    /// such record: the names its index.json gives that manifest stand for
+    /// it (that wasm-cni recorded each pull there). Read as untrusted as
+    /// the signatures: bounded, and names that do not parse are skipped.
+    pub fn provenance(&self, manifest: &Digest) -> Result<Vec<String>, ImageError> {
+        let path = self.provenance_path(manifest);
+        let bad = |why: String| ImageError::Invalid {
+            what: path.display().to_string(),
+            why,
+        };
+        let mut bytes = Vec::new();
+        match fs::File::open(&path) {
+            Ok(f) => f
+                .take(MAX_PROVENANCE_BYTES + 1)
+                .read_to_end(&mut bytes)
+                .map_err(|e| io_err(&path, e))?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let mut named: Vec<String> = Vec::new();
+                for listed in self.index()?.iter().filter(|l| l.manifest == *manifest) {
+                    if let Ok(image) = listed.name.parse::<ImageRef>() {
+                        let repository = super::sign::docker_reference(&image);
+                        if !named.contains(&repository) {
+                            named.push(repository);
+                        }
+                    }
+                }
+                return Ok(named);
+            }
+            Err(e) => return Err(io_err(&path, e)),
+        };
+        if bytes.len() as u64 > MAX_PROVENANCE_BYTES {
+            return Err(bad(format!("larger than {MAX_PROVENANCE_BYTES} bytes")));
+        }
+        let v: Value = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
+        let list = v
+            .get("repositories")
+            .and_then(Value::as_array)
+            .ok_or_else(|| bad("no list of repositories".into()))?;
+        Ok(list
+            .iter()
+            .take(MAX_PROVENANCE)
+            .filter_map(Value::as_str)
+            .filter(|r| {
+                format!("{r}@sha256:{}", "0".repeat(64))
+                    .parse::<ImageRef>()
+                    .is_ok()
+            })
+            .map(str::to_string)
+            .collect())
     }
 
     /// Name a stored manifest in index.json (an entry of the same name is
@@ -323,11 +419,15 @@ impl ImageStore {
             }
             for e in &gone {
                 if !needed.contains(e.manifest.hex()) {
-                    let path = self.signatures_path(&e.manifest);
-                    match fs::remove_file(&path) {
-                        Ok(()) => {}
-                        Err(err) if err.kind() == io::ErrorKind::NotFound => {}
-                        Err(err) => return Err(io_err(&path, err)),
+                    for path in [
+                        self.signatures_path(&e.manifest),
+                        self.provenance_path(&e.manifest),
+                    ] {
+                        match fs::remove_file(&path) {
+                            Ok(()) => {}
+                            Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+                            Err(err) => return Err(io_err(&path, err)),
+                        }
                     }
                 }
             }
