@@ -114,6 +114,11 @@ enum Cmd {
     /// STATUS, attachments, address pools and components, and the daemon
     /// (with --metrics). Exits 1 when a network is not ready.
     Status(status::StatusArgs),
+    /// Ask the daemon whether it is alive (`live`: GET /healthz) or ready
+    /// for pods (`ready`: GET /readyz), on its metrics listener, refusing an
+    /// answer from anything but the daemon (another user's listener on its
+    /// port). What the DaemonSet's exec probes run. Exits 0 on 200, else 1.
+    Probe(ProbeArgs),
     /// Serve CNI requests on a unix socket, with the engine and components
     /// kept warm, for networks whose config sets "daemon": "prefer" or
     /// "require" (see the README). Stops on SIGTERM or SIGINT once the
@@ -190,6 +195,35 @@ struct PluginTestArgs {
     /// by then fail, saying so. A component cannot make the run longer.
     #[arg(long, value_name = "SECONDS", default_value_t = crate::sandbox::limits::PLUGIN_TEST_MAX_SECONDS)]
     max_seconds: u64,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum ProbeKind {
+    Live,
+    Ready,
+}
+
+#[derive(clap::Args)]
+struct ProbeArgs {
+    what: ProbeKind,
+    /// The daemon's metrics listener, as given to `daemon --metrics`.
+    #[arg(long, value_name = "ADDR", default_value = crate::daemon::DEFAULT_METRICS_SOCKET)]
+    metrics: crate::daemon::MetricsAddr,
+    /// The whole exchange's bound.
+    #[arg(long, value_name = "MS", default_value_t = 2000)]
+    timeout_ms: u64,
+}
+
+/// `wasm-cni probe`: the page's text on stdout, 0 when the daemon said 200.
+fn probe(a: &ProbeArgs) -> Result<i32, String> {
+    let path = match a.what {
+        ProbeKind::Live => "/healthz",
+        ProbeKind::Ready => "/readyz",
+    };
+    let within = Duration::from_millis(a.timeout_ms);
+    let (code, body) = crate::daemon::scrape::fetch(&a.metrics, path, within)?;
+    println!("{}", crate::text::Shown(body.trim_end()));
+    Ok(if code == 200 { 0 } else { 1 })
 }
 
 #[derive(clap::Args)]
@@ -358,6 +392,7 @@ pub fn main() -> i32 {
         Cmd::Compile(d) => plugins(&d, true),
         Cmd::Ipam(c) => ipam(c),
         Cmd::Status(a) => status::status(&a),
+        Cmd::Probe(a) => probe(&a),
         Cmd::Daemon(d) => daemon(d),
         Cmd::Pull(p) => images::pull(&p),
         Cmd::Push(p) => images::push(&p),

@@ -14,10 +14,12 @@
 //!
 //! The installer's lock is in `install.rs`, with the installer.
 
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use wasm_cni_tests::{is_root, wasm_cni_bin, TempDir};
+use serde_json::json;
+use wasm_cni_tests::{fixture, is_root, wasm_cni_bin, Daemon, Invocation, Pod, Sandbox, TempDir};
 
 const NOBODY: &[&str] = &[
     "setpriv",
@@ -65,6 +67,135 @@ impl Drop for Squatter {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// A listener that says yes to everything: 200 and made-up figures.
+const YES: &str = r#"
+import socket, sys
+fam = socket.AF_UNIX if sys.argv[1] == "unix" else socket.AF_INET
+s = socket.socket(fam, socket.SOCK_STREAM)
+if fam == socket.AF_UNIX:
+    s.bind(sys.argv[2])
+    import os; os.chmod(sys.argv[2], 0o666)
+else:
+    s.bind(("127.0.0.1", int(sys.argv[2])))
+s.listen(64)
+print("ready", flush=True)
+body = b"ok\nwasm_cni_requests_total{verb=\"ADD\",outcome=\"ok\",code=\"0\"} 999999\n"
+while True:
+    c, _ = s.accept()
+    try:
+        c.recv(4096)
+        c.sendall(b"HTTP/1.0 200 OK\r\n\r\n" + body)
+    except OSError:
+        pass
+    c.close()
+"#;
+
+/// `wasm-cni ARGS` in `netns`: exit code, stdout, stderr.
+fn cli(netns: &str, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new("ip")
+        .args(["netns", "exec", netns])
+        .arg(wasm_cni_bin())
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A squatter on the daemon's metrics port gets nothing: the daemon starts
+/// and serves CNI, says who holds the port, and takes it once it is free;
+/// `probe` and `status` refuse the squatter's answers, naming its uid; and
+/// a unix socket of the user's own is refused the same way.
+#[test]
+fn a_squatted_metrics_port_gives_the_squatter_nothing() {
+    if !is_root("a_squatted_metrics_port_gives_the_squatter_nothing") {
+        return;
+    }
+    let sb = Sandbox::new("lusq");
+    sb.install(&fixture("fx"), "fx");
+    let pod = Pod::new("lusq");
+    let node = pod.node.name.clone();
+    let port = "19761";
+    let addr = format!("tcp:127.0.0.1:{port}");
+    let squatter = Squatter::start(Some(&node), YES, &["tcp", port]);
+    let daemon = Daemon::start(&node, &["--metrics", &addr]);
+    // CNI is served all the same.
+    let conf = daemon.conf(
+        &sb.conf("1.1.0", "lusq", json!([{"type": "fx"}])),
+        "require",
+    );
+    pod.run(Invocation::new("ADD").id("sq1"), &conf).assert_ok();
+    let log = daemon.log();
+    assert!(
+        log.contains(&format!("cannot listen on {addr}")) && log.contains("held by uid 65534"),
+        "{log}"
+    );
+    // The squatter's "200" is not the daemon's.
+    let (code, out, err) = cli(&node, &["probe", "ready", "--metrics", &addr]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("served by uid 65534"), "{err}");
+    assert!(!out.contains("ok"), "{out}");
+    let file = sb.dir.join("lusq.conf");
+    std::fs::write(&file, conf.to_string()).unwrap();
+    let (_, text, _) = cli(
+        &node,
+        &[
+            "status",
+            "--conf",
+            file.to_str().unwrap(),
+            "--metrics",
+            &addr,
+        ],
+    );
+    assert!(text.contains("served by uid 65534"), "{text}");
+    assert!(!text.contains("999999"), "{text}");
+
+    // Gone: the daemon takes its port within its retry period.
+    drop(squatter);
+    let started = Instant::now();
+    loop {
+        let (code, out, err) = cli(&node, &["probe", "live", "--metrics", &addr]);
+        if code == 0 {
+            assert_eq!(out.trim(), "ok");
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "{err}\n{}",
+            daemon.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(daemon.log().contains(&format!("listening on {addr} now")));
+    let (code, out, err) = cli(&node, &["probe", "ready", "--metrics", &addr]);
+    assert_eq!(code, 0, "{out}{err}");
+    pod.run(Invocation::new("DEL").id("sq1"), &conf).assert_ok();
+
+    // A unix socket of the user's own is not the daemon's either.
+    let dir = TempDir::new("lusq-unix");
+    let own = dir.join("theirs");
+    std::fs::create_dir(&own).unwrap();
+    chown_nobody(&own);
+    let socket = own.join("metrics.sock");
+    let _theirs = Squatter::start(Some(&node), YES, &["unix", socket.to_str().unwrap()]);
+    let unix = format!("unix:{}", socket.display());
+    let (code, out, err) = cli(&node, &["probe", "ready", "--metrics", &unix]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("served by uid 65534"), "{err}");
+}
+
+fn chown_nobody(p: &Path) {
+    let s = Command::new("chown")
+        .arg("65534:65534")
+        .arg(p)
+        .status()
+        .unwrap();
+    assert!(s.success());
 }
 
 /// uid 65534 holds a flock on everything of an image store it can open

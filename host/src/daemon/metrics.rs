@@ -327,8 +327,6 @@ const SCRAPE_DEADLINE: Duration = Duration::from_secs(2);
 /// A request head larger than this is answered as it stands.
 const MAX_HEAD: usize = 8 << 10;
 
-/// Serve `GET /metrics` on `addr` from a thread of its own. The socket at
-/// a `unix:` address was checked by the caller ([`super::prepare_socket_path`]).
 /// What the metrics listener serves: `GET /metrics` (the exposition),
 /// `GET /healthz` (the process answers) and `GET /readyz` (`Ok`: 200 with
 /// the text; `Err`: 503 with the cause). Both closures must answer from
@@ -340,27 +338,86 @@ pub struct Pages {
     pub ready: Box<dyn Fn() -> Result<String, String> + Send + Sync>,
 }
 
+/// How often a daemon tries again to listen where it could not.
+pub const REBIND_EVERY: Duration = Duration::from_secs(5);
+
+/// Serve the metrics and probe pages at `addr`, from a thread of their own.
+///
+/// An address it cannot listen on does not stop the daemon: CNI requests
+/// do not depend on it. A TCP port in particular can be taken first by any
+/// local user; the daemon says so (naming the port's owner), serves CNI
+/// all the same, and tries again every [`REBIND_EVERY`] until it has the
+/// address. Clients that must know they reach the daemon check its owner
+/// (`scrape`), and the kubelet's probes use the root-only unix socket. The
+/// socket at a `unix:` address was checked by the caller
+/// ([`super::prepare_socket_path`]).
 pub fn serve(addr: MetricsAddr, pages: Pages) -> Result<(), String> {
-    let listener = match &addr {
-        MetricsAddr::Unix(path) => {
-            let l = UnixListener::bind(path)
-                .map_err(|e| format!("metrics socket {}: {e}", path.display()))?;
-            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-                .map_err(|e| format!("metrics socket {}: {e}", path.display()))?;
-            Listener::Unix(l)
-        }
-        MetricsAddr::Tcp(a) => {
-            Listener::Tcp(TcpListener::bind(a).map_err(|e| format!("metrics address {a}: {e}"))?)
-        }
-    };
-    listener
-        .set_nonblocking()
-        .map_err(|e| format!("metrics: {e}"))?;
     std::thread::Builder::new()
         .name("wasm-cni-metrics".into())
-        .spawn(move || event_loop(&listener, &pages))
+        .spawn(move || {
+            let listener = bind_until_bound(&addr);
+            event_loop(&listener, &pages)
+        })
         .map(drop)
         .map_err(|e| format!("starting the metrics thread: {e}"))
+}
+
+fn bind_until_bound(addr: &MetricsAddr) -> Listener {
+    let mut said = false;
+    loop {
+        match bind(addr) {
+            Ok(l) => {
+                if said {
+                    tracing::info!(
+                        event = "metrics",
+                        "metrics: listening on {} now",
+                        show(addr)
+                    );
+                }
+                return l;
+            }
+            Err(e) if !said => {
+                let holder = match addr {
+                    MetricsAddr::Tcp(a) => super::scrape::listening_uid(*a)
+                        .map(|uid| format!(" (held by uid {uid})"))
+                        .unwrap_or_default(),
+                    MetricsAddr::Unix(_) => String::new(),
+                };
+                tracing::warn!(
+                    event = "metrics",
+                    "metrics: cannot listen on {}: {e}{holder}; CNI requests are served as \
+                     ever, /metrics, /healthz and /readyz are not until it can: trying again \
+                     every {} s",
+                    show(addr),
+                    REBIND_EVERY.as_secs()
+                );
+                said = true;
+            }
+            Err(_) => {}
+        }
+        std::thread::sleep(REBIND_EVERY);
+    }
+}
+
+fn show(addr: &MetricsAddr) -> String {
+    match addr {
+        MetricsAddr::Unix(p) => format!("unix:{}", p.display()),
+        MetricsAddr::Tcp(a) => format!("tcp:{a}"),
+    }
+}
+
+fn bind(addr: &MetricsAddr) -> Result<Listener, String> {
+    let listener = match addr {
+        MetricsAddr::Unix(path) => {
+            let l = UnixListener::bind(path).map_err(|e| e.to_string())?;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+                .map_err(|e| e.to_string())?;
+            Listener::Unix(l)
+        }
+        MetricsAddr::Tcp(a) => Listener::Tcp(TcpListener::bind(a).map_err(|e| e.to_string())?),
+    };
+    listener.set_nonblocking().map_err(|e| e.to_string())?;
+    Ok(listener)
 }
 
 enum Listener {

@@ -126,6 +126,11 @@ impl Options {
     }
 }
 
+/// Where the DaemonSet's daemon serves its metrics and probe pages, and
+/// where `wasm-cni probe` asks: beside the CNI socket, in a directory only
+/// root can enter.
+pub const DEFAULT_METRICS_SOCKET: &str = "unix:/run/wasm-cni/metrics.sock";
+
 /// What the request threads share.
 struct Shared {
     opts: Options,
