@@ -255,6 +255,15 @@ struct DaemonArgs {
     /// Requests served at once; further ones wait their turn.
     #[arg(long, default_value_t = 64)]
     max_concurrent: usize,
+    /// The memory the daemon may use in all, in bytes [default: its
+    /// cgroup's limit, if any]. Less 48 MiB of its own, it is what requests
+    /// may use together: each is admitted only when the memory its plugins
+    /// may use (the largest chain entry with its IPAM: `memoryBytes`, a
+    /// copy of `maxResultBytes`, the host's share) fits beside those in
+    /// flight, and waits for room otherwise (code 11 past its client's
+    /// patience).
+    #[arg(long, value_name = "BYTES")]
+    memory_limit: Option<u64>,
     /// A client has this long to send its request.
     #[arg(long, default_value_t = 5000, value_name = "MS")]
     read_timeout_ms: u64,
@@ -528,6 +537,7 @@ fn daemon(d: DaemonArgs) -> Result<i32, String> {
             .map_err(|e| format!("OTEL_EXPORTER_OTLP_ENDPOINT: {e}"))?,
     };
     opts.trust_policy = d.trust_policy;
+    opts.memory_limit = d.memory_limit;
     crate::daemon::init_log(opts.json_log);
     if let Some(record) = d.publish_conflist {
         crate::daemon::block_signals()?;

@@ -109,28 +109,40 @@ fn a_100_mb_answer_is_refused_and_commits_nothing() {
         json!([entry("fx-hostile", "big-result", json!({}))]),
     );
     Attack::new(999, &["memory limit of 67108864 bytes exceeded"]).run(&sb, &pod, &conf, add("c1"));
-    // With room to build it, the result limit refuses it, and the state the
-    // plugin wrote first is not committed.
+    // With room to build it, the host refuses to copy it past four times
+    // maxResultBytes, and the state the plugin wrote first is not
+    // committed.
     let roomy = json!({"keys": ["10.7.0.2", "10.7.0.3"], "wasm": {"memoryBytes": 256 << 20}});
     let conf = sb.conf(
         "1.1.0",
         "hbig",
         json!([entry("fx-hostile", "big-result", roomy.clone())]),
     );
-    Attack::new(
-        999,
-        &["result of 10", "bytes exceeds maxResultBytes (1048576)"],
-    )
-    .run(&sb, &pod, &conf, add("c1"));
+    let too_large = [
+        "answer of more than 4194304 bytes",
+        "exceeds maxResultBytes (1048576)",
+    ];
+    Attack::new(999, &too_large).run(&sb, &pod, &conf, add("c1"));
     // An error message is an answer too.
     let conf = sb.conf(
         "1.1.0",
         "hbig",
-        json!([entry("fx-hostile", "big-error", roomy)]),
+        json!([entry("fx-hostile", "big-error", roomy.clone())]),
+    );
+    Attack::new(999, &too_large).run(&sb, &pod, &conf, add("c1"));
+    // Under the copying bound, the size is known and named.
+    let conf = sb.conf(
+        "1.1.0",
+        "hbig",
+        json!([entry(
+            "fx-hostile",
+            "big-result",
+            json!({"count": 2, "wasm": {"memoryBytes": 256 << 20}})
+        )]),
     );
     Attack::new(
         999,
-        &["error of 10", "bytes exceeds maxResultBytes (1048576)"],
+        &["result of 20", "bytes exceeds maxResultBytes (1048576)"],
     )
     .run(&sb, &pod, &conf, add("c1"));
     // What was refused for size was fine in itself: the plugin can commit.
@@ -364,13 +376,15 @@ fn the_store_quota_counts_what_is_written() {
     };
     // 64 KiB values of control characters, which JSON writes six bytes
     // each: the quota must stop them at 32 MiB as written, not as passed.
+    // The memory limit leaves room for the scope as the host holds it
+    // (three bytes per byte stored), so that the quota is what stops them.
     let conf = sb.conf(
         "1.1.0",
         "hquota",
         json!([entry(
             "fx-hostile",
             "store-escapes",
-            json!({"wasm": {"deadlineMs": 30_000}})
+            json!({"wasm": {"deadlineMs": 30_000, "memoryBytes": 256 << 20}})
         )]),
     );
     let out = pod.run(add("c1"), &conf);
@@ -530,4 +544,246 @@ fn a_large_scope_in_etcd_reads_back_and_an_oversized_write_is_no_retry() {
         .netns(ctr.path())
         .run_in(Some(&node.name), &fill(0, 1))
         .assert_ok();
+}
+
+/// What a plugin controls here: the size of what it passes an import. What
+/// it must not gain: host memory beyond what its call was admitted with. A
+/// 62 MB log line was copied whole into the host before it was cut to 4
+/// KiB, and a lookup of 1024 keys that all point at one 1 MiB buffer is a
+/// gigabyte to a host that copies each: now the host copies at most its
+/// transfer bound out of a plugin at once, and refuses the rest.
+#[test]
+fn what_the_host_copies_out_of_a_plugin_is_bounded() {
+    let Some((sb, pod)) = hostile("hcopy") else {
+        return;
+    };
+    for (attack, extra) in [
+        ("big-log", json!({"wasm": {"memoryBytes": 200 << 20}})),
+        ("alias-args", json!({})),
+    ] {
+        let conf = sb.conf(
+            "1.1.0",
+            "hcopy",
+            json!([entry("fx-hostile", attack, extra)]),
+        );
+        Attack::new(999, &["an import's arguments of more than 4194304 bytes"]).run(
+            &sb,
+            &pod,
+            &conf,
+            add("c1"),
+        );
+    }
+}
+
+/// A memory cgroup of a test's own (v1's memory controller, or v2), with a
+/// limit; removed when dropped, once its processes are gone.
+struct MemoryCgroup {
+    dir: std::path::PathBuf,
+    v1: bool,
+}
+
+impl MemoryCgroup {
+    fn new(tag: &str, limit: u64) -> Option<MemoryCgroup> {
+        let v1 = std::path::Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists();
+        let root = if v1 {
+            std::path::PathBuf::from("/sys/fs/cgroup/memory")
+        } else {
+            let root = std::path::PathBuf::from("/sys/fs/cgroup");
+            let controllers =
+                std::fs::read_to_string(root.join("cgroup.controllers")).unwrap_or_default();
+            if !controllers.split_whitespace().any(|c| c == "memory") {
+                eprintln!("skipped: no memory cgroup controller on this machine");
+                return None;
+            }
+            root
+        };
+        let dir = root.join(wasm_cni_tests::unique(&format!("wasm-cni-test-{tag}-")));
+        std::fs::create_dir(&dir).unwrap();
+        let file = if v1 {
+            "memory.limit_in_bytes"
+        } else {
+            "memory.max"
+        };
+        std::fs::write(dir.join(file), limit.to_string()).unwrap();
+        if !v1 {
+            let _ = std::fs::write(dir.join("memory.swap.max"), "0");
+        }
+        Some(MemoryCgroup { dir, v1 })
+    }
+
+    /// `sh` that moves itself into the cgroup, then runs the rest. It runs
+    /// under `ip netns exec`, whose mount namespace has a /sys of its own
+    /// without the cgroup mounts: it mounts the hierarchy there first, as a
+    /// container runtime does for its containers (in that mount namespace
+    /// only).
+    fn wrapper(&self) -> Vec<String> {
+        let name = self.dir.file_name().unwrap().to_string_lossy();
+        let mount = if self.v1 {
+            "mount -t tmpfs cgroup /sys/fs/cgroup && mkdir /sys/fs/cgroup/memory && \
+             mount -t cgroup -o memory memory /sys/fs/cgroup/memory"
+                .to_string()
+        } else {
+            "mount -t cgroup2 cgroup2 /sys/fs/cgroup".to_string()
+        };
+        let procs = if self.v1 {
+            format!("/sys/fs/cgroup/memory/{name}/cgroup.procs")
+        } else {
+            format!("/sys/fs/cgroup/{name}/cgroup.procs")
+        };
+        vec![
+            "sh".into(),
+            "-c".into(),
+            format!("{mount} && echo $$ > {procs} && exec \"$@\""),
+            "sh".into(),
+        ]
+    }
+
+    /// Processes of it the kernel's OOM killer killed.
+    fn oom_kills(&self) -> u64 {
+        let (file, key) = if self.v1 {
+            ("memory.oom_control", "oom_kill ")
+        } else {
+            ("memory.events", "oom_kill ")
+        };
+        std::fs::read_to_string(self.dir.join(file))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for MemoryCgroup {
+    fn drop(&mut self) {
+        let procs = self.dir.join("cgroup.procs");
+        for pid in std::fs::read_to_string(&procs).unwrap_or_default().lines() {
+            let _ = Command::new("kill").args(["-KILL", pid]).status();
+        }
+        let started = Instant::now();
+        while std::fs::remove_dir(&self.dir).is_err() && started.elapsed() < Duration::from_secs(5)
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// What its peers control: how many requests they send at once, and
+/// plugins that use all the memory they may (their linear memory, a log
+/// line the host must copy). What they must not gain: the daemon killed by
+/// its memory cgroup. Two concurrent ADDs of a plugin logging 62 MB once
+/// got the daemon OOM-killed under its DaemonSet limit; now it admits a
+/// request only when what its plugins may use fits beside those in flight,
+/// under a real cgroup limit, and every request is answered.
+#[test]
+fn a_daemon_admits_only_what_fits_its_memory_limit() {
+    let Some((sb, pod)) = hostile("hcgroup") else {
+        return;
+    };
+    let Some(cgroup) = MemoryCgroup::new("hcgroup", 256 << 20) else {
+        return;
+    };
+    let wrapper = cgroup.wrapper();
+    let wrapper: Vec<&str> = wrapper.iter().map(String::as_str).collect();
+    let daemon = Daemon::start_wrapped(&pod.node.name, &wrapper, &["--max-concurrent", "16"]);
+    let started = Instant::now();
+    while !daemon.log().contains("208 MiB for requests") {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{}",
+            daemon.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        daemon.log().contains("memory: limit 256 MiB"),
+        "{}",
+        daemon.log()
+    );
+    // At its limits: 52 MiB of its own 64, and a line the host copies just
+    // under its bound; or a line far over it.
+    let worst = daemon.conf(
+        &sb.conf(
+            "1.1.0",
+            "hcgroup",
+            json!([entry(
+                "fx-hostile",
+                "worst",
+                json!({"count": 52, "logBytes": 4_000_000, "wasm": {"deadlineMs": 20_000}})
+            )]),
+        ),
+        "require",
+    );
+    let flood = daemon.conf(
+        &sb.conf(
+            "1.1.0",
+            "hcgroup",
+            json!([entry(
+                "fx-hostile",
+                "big-log",
+                json!({"count": 40, "wasm": {"deadlineMs": 20_000}})
+            )]),
+        ),
+        "require",
+    );
+    let outs: Vec<(bool, Output)> = std::thread::scope(|s| {
+        let calls: Vec<_> = (0..8)
+            .map(|i| {
+                let (pod, worst, flood) = (&pod, &worst, &flood);
+                s.spawn(move || {
+                    let id = format!("m{i}");
+                    let conf = if i % 4 == 3 { flood } else { worst };
+                    (i % 4 != 3, pod.run(add(&id), conf))
+                })
+            })
+            .collect();
+        calls.into_iter().map(|c| c.join().unwrap()).collect()
+    });
+    for (worst, out) in &outs {
+        if *worst {
+            out.assert_ok();
+            assert_eq!(out.json()["interfaces"][0]["name"], "worst:52", "{out:?}");
+        } else {
+            assert_eq!(out.error_code(), 999, "{out:?}");
+            assert!(out.error_msg().contains("an import's arguments"), "{out:?}");
+        }
+    }
+    assert_eq!(
+        cgroup.oom_kills(),
+        0,
+        "the OOM killer ran: {}",
+        daemon.log()
+    );
+    // A request that can never fit is told so at once.
+    let huge = daemon.conf(
+        &sb.conf(
+            "1.1.0",
+            "hcgroup",
+            json!([entry(
+                "fx-hostile",
+                "none",
+                json!({"wasm": {"memoryBytes": 400 << 20}})
+            )]),
+        ),
+        "require",
+    );
+    let out = pod.run(add("m-huge"), &huge);
+    assert_eq!(out.error_code(), 11, "{out:?}");
+    assert!(
+        out.error_msg()
+            .contains("more than the 208 MiB it has for requests"),
+        "{out:?}"
+    );
+    // Still the same daemon, serving.
+    let calm = daemon.conf(
+        &sb.conf(
+            "1.1.0",
+            "hcgroup",
+            json!([entry("fx-hostile", "none", json!({}))]),
+        ),
+        "require",
+    );
+    pod.run(add("m-after"), &calm).assert_ok();
+    drop(daemon);
+    drop(cgroup);
 }

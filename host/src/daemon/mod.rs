@@ -23,6 +23,7 @@
 //! * One log line per request on stderr (text or JSON), and Prometheus
 //!   metrics when asked for (`metrics`).
 
+mod admission;
 pub mod client;
 mod metrics;
 pub mod scrape;
@@ -45,6 +46,7 @@ use serde_json::Value;
 use crate::cni::{CniError, Command, ErrorCode};
 use crate::edge::{self, Host, Outcome, Peer};
 use crate::log::{self, Level};
+use admission::{Refused, Slots};
 use metrics::Metrics;
 pub use metrics::MetricsAddr;
 use wire::{Request, Response, WireError};
@@ -89,6 +91,9 @@ pub struct Options {
     /// names one (so an edited policy applies to the next). Only the
     /// operator chooses it.
     pub trust_policy: Option<PathBuf>,
+    /// The memory the daemon may use, requests and itself; None: its
+    /// cgroup's limit, if it has one.
+    pub memory_limit: Option<u64>,
 }
 
 /// A readiness check: whether the node's network can serve ADD now.
@@ -122,6 +127,7 @@ impl Options {
             ready_check: None,
             otlp_endpoint: None,
             trust_policy: None,
+            memory_limit: None,
         }
     }
 }
@@ -200,7 +206,7 @@ pub fn serve(opts: Options) -> Result<(), String> {
     let shared = Arc::new(Shared {
         metrics,
         traces,
-        slots: Arc::new(Slots::new(opts.max_concurrent.max(1))),
+        slots: Arc::new(Slots::new(opts.max_concurrent.max(1), memory_budget(&opts))),
         turns: Turns::default(),
         conns: Conns::default(),
         // Wasm runs on a request thread's stack (1 MiB at most) above the
@@ -268,6 +274,35 @@ pub fn serve(opts: Options) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+/// The memory requests may use together: the daemon's limit (its own
+/// option, else its cgroup's) less what it keeps for itself. Said in the
+/// log, since it decides how many requests run at once.
+fn memory_budget(opts: &Options) -> Option<u64> {
+    let limit = match opts.memory_limit {
+        Some(l) => Some((l, "--memory-limit".to_string())),
+        None => admission::cgroup_memory_limit(),
+    };
+    let Some((limit, from)) = limit else {
+        tracing::info!(
+            event = "memory",
+            "memory: no limit (no --memory-limit, no cgroup limit): requests are bounded by \
+             --max-concurrent alone"
+        );
+        return None;
+    };
+    let budget = limit.saturating_sub(admission::DAEMON_RESERVE_BYTES);
+    tracing::info!(
+        event = "memory",
+        limit,
+        budget,
+        "memory: limit {} MiB ({from}); {} MiB for requests, admitted by what their plugins \
+         may use",
+        limit >> 20,
+        budget >> 20
+    );
+    Some(budget)
 }
 
 /// The latest readiness check: when it ended, and what it said.
@@ -505,6 +540,10 @@ fn client_gone(stream: &UnixStream) -> bool {
     }
 }
 
+/// How long a request whose client said nothing of its patience waits for
+/// a slot.
+const MAX_ADMISSION_WAIT: Duration = Duration::from_secs(60);
+
 /// What a request is read through: most requests fit whole (a config and
 /// its prevResult); a larger part is read straight into its own buffer.
 const REQUEST_BUFFER: usize = 8 << 10;
@@ -589,6 +628,7 @@ fn handle(shared: &Shared, stream: UnixStream, mut peer: Peer, guard: ConnGuard,
         let budget = client::budget_of(&conf);
         started + Duration::from_millis(u64::from(w)).saturating_sub(budget)
     });
+    let need = admission::request_bytes(&conf);
     drop(conf);
     let stopping = || {
         let code = match verb.as_str() {
@@ -597,9 +637,44 @@ fn handle(shared: &Shared, stream: UnixStream, mut peer: Peer, guard: ConnGuard,
         };
         CniError::new(code, "the wasm-cni daemon is shutting down")
     };
-    let Some(_slot) = shared.slots.take(&shared.stopping) else {
-        shared.metrics.refused("stopping");
-        return answer(&stream, stopping(), cni_version.as_deref());
+    let admit_by = start_by.unwrap_or(started + MAX_ADMISSION_WAIT);
+    let _slot = match shared.slots.take(need, admit_by, &shared.stopping) {
+        Ok(slot) => slot,
+        Err(Refused::Stopping) => {
+            shared.metrics.refused("stopping");
+            return answer(&stream, stopping(), cni_version.as_deref());
+        }
+        Err(Refused::TooLarge { need, budget }) => {
+            shared.metrics.refused("memory");
+            let e = CniError::new(
+                ErrorCode::TryAgainLater,
+                format!(
+                    "the wasm-cni daemon cannot run this request: its plugins may use {} MiB \
+                     at once (the largest chain entry with its IPAM: memoryBytes, a copy of \
+                     maxResultBytes and the host's share), more than the {} MiB it has for \
+                     requests; lower their wasm.memoryBytes or raise the daemon's memory limit",
+                    need.div_ceil(1 << 20),
+                    budget >> 20
+                ),
+            );
+            return answer(&stream, e, cni_version.as_deref());
+        }
+        Err(Refused::Late { need, held, budget }) => {
+            shared.metrics.refused("late");
+            let e = CniError::new(
+                ErrorCode::TryAgainLater,
+                format!(
+                    "the wasm-cni daemon could not start the request within {} ms: its plugins \
+                     may use {} MiB, and the requests in flight hold {} of the {} MiB it has \
+                     (or --max-concurrent of them run)",
+                    started.elapsed().as_millis(),
+                    need.div_ceil(1 << 20),
+                    held.div_ceil(1 << 20),
+                    budget >> 20
+                ),
+            );
+            return answer(&stream, e, cni_version.as_deref());
+        }
     };
     let key = match verb.as_str() {
         "ADD" | "DEL" | "CHECK" => Some((
@@ -981,80 +1056,6 @@ impl Drop for Turn<'_> {
             }
         }
         self.turns.turn.notify_all();
-    }
-}
-
-/// At most `max` requests at once; a request waits for a free slot once it
-/// has been read in full.
-struct Slots {
-    busy: Mutex<usize>,
-    max: usize,
-    freed: Condvar,
-}
-
-impl Slots {
-    fn new(max: usize) -> Self {
-        Slots {
-            busy: Mutex::new(0),
-            max,
-            freed: Condvar::new(),
-        }
-    }
-
-    fn busy(&self) -> usize {
-        self.busy.lock().map(|b| *b).unwrap_or(0)
-    }
-
-    /// A slot, waiting for one; `None` once `stop` is set (see
-    /// [`Slots::wake_all`]).
-    fn take(self: &Arc<Self>, stop: &AtomicBool) -> Option<SlotGuard> {
-        let mut busy = self.busy.lock().ok()?;
-        loop {
-            if stop.load(Ordering::SeqCst) {
-                return None;
-            }
-            if *busy < self.max {
-                *busy += 1;
-                return Some(SlotGuard(self.clone()));
-            }
-            busy = self.freed.wait(busy).unwrap_or_else(|p| p.into_inner());
-        }
-    }
-
-    /// Wake every waiter (to see that the daemon stops).
-    fn wake_all(&self) {
-        let _held = self.busy.lock();
-        self.freed.notify_all();
-    }
-
-    /// Wait until no slot is taken, or `deadline`; whether it got idle.
-    fn wait_idle_until(&self, deadline: Instant) -> bool {
-        let Ok(mut busy) = self.busy.lock() else {
-            return false;
-        };
-        while *busy > 0 {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return false;
-            }
-            busy = match self.freed.wait_timeout(busy, left) {
-                Ok((b, _)) => b,
-                Err(p) => p.into_inner().0,
-            };
-        }
-        true
-    }
-}
-
-/// A held request slot, released on drop.
-struct SlotGuard(Arc<Slots>);
-
-impl Drop for SlotGuard {
-    fn drop(&mut self) {
-        if let Ok(mut busy) = self.0.busy.lock() {
-            *busy = busy.saturating_sub(1);
-        }
-        self.0.freed.notify_all();
     }
 }
 
@@ -1542,35 +1543,5 @@ mod tests {
         // Still held: another network's request and a later one.
         drop((later, elsewhere));
         assert!(turns.queues.lock().unwrap().waiting.is_empty());
-    }
-
-    #[test]
-    fn slots_bound_the_requests_in_flight() {
-        let stop = Arc::new(AtomicBool::new(false));
-        let slots = Arc::new(Slots::new(2));
-        let a = slots.take(&stop);
-        let b = slots.take(&stop);
-        assert_eq!(slots.busy(), 2);
-        let (s, st) = (slots.clone(), stop.clone());
-        let waiter = std::thread::spawn(move || s.take(&st).is_some());
-        std::thread::sleep(Duration::from_millis(30));
-        assert!(!waiter.is_finished());
-        drop(a);
-        assert!(waiter.join().unwrap());
-        // Stopping wakes a waiter without a slot.
-        let c = slots.take(&stop);
-        let (s, st) = (slots.clone(), stop.clone());
-        let waiter = std::thread::spawn(move || s.take(&st).is_some());
-        std::thread::sleep(Duration::from_millis(30));
-        stop.store(true, Ordering::SeqCst);
-        slots.wake_all();
-        assert!(!waiter.join().unwrap());
-        // The drain waits for what holds a slot, within its bound.
-        let started = Instant::now();
-        assert!(!slots.wait_idle_until(started + Duration::from_millis(50)));
-        assert!(started.elapsed() >= Duration::from_millis(50));
-        drop((b, c));
-        assert!(slots.wait_idle_until(Instant::now() + Duration::from_secs(5)));
-        assert_eq!(slots.busy(), 0);
     }
 }

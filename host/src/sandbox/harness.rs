@@ -703,7 +703,9 @@ impl ImportHarness {
         };
         let mut ctx = Ctx::new(
             PLUGIN,
-            MemoryCap::new(1 << 20),
+            // Room for a scope at its quota, as the host holds it: the
+            // store's own bound is what these calls meet first.
+            MemoryCap::new(4 * super::host_store::MAX_SCOPE_BYTES as u64),
             host_call_budget,
             std::time::Instant::now() + std::time::Duration::from_secs(3600),
             3_600_000,
@@ -1539,6 +1541,33 @@ mod tests {
         let out = h.call(Import::SetValue("k0".into(), Some(big))).unwrap();
         assert_eq!(out, "Ok(())");
         h.finish(true).unwrap();
+    }
+
+    /// What a plugin makes the host keep of its scope counts against its
+    /// memory limit, as its own memory does: a daemon admits calls by that
+    /// limit.
+    #[test]
+    fn a_scope_counts_against_the_calls_memory() {
+        let mut h = ImportHarness::new(Command::Add, 10_000).unwrap();
+        h.ctx.memory = MemoryCap::new(4 << 20);
+        let big = "v".repeat(64 << 10);
+        let mut stopped = None;
+        for i in 0..100 {
+            match h.call(Import::SetValue(format!("k{i}"), Some(big.clone()))) {
+                Ok(out) => assert_eq!(out, "Ok(())", "{i}"),
+                Err(trap) => {
+                    stopped = Some((i, trap));
+                    break;
+                }
+            }
+        }
+        let (i, trap) = stopped.expect("a 6 MiB scope under a 4 MiB limit");
+        assert!(
+            trap.contains("memory limit of 4194304 bytes exceeded"),
+            "{trap}"
+        );
+        // Three bytes held per byte stored: about 21 values of 64 KiB.
+        assert!((18..=21).contains(&i), "{i}");
     }
 
     /// The bound holds across calls on disk, where a call starts counting

@@ -158,13 +158,34 @@ impl Ctx {
                 }
                 Err(e) => return Err(StoreError::Io(e.to_string()).into()),
             }
+            self.hold_scope()?;
         }
-        match self.txn.as_mut() {
-            Some(txn) => Ok(op(txn.data(), &owner, command, &mut self.scope_bytes)?),
-            None => refused("no transaction"),
-        }
+        let done = match self.txn.as_mut() {
+            Some(txn) => op(txn.data(), &owner, command, &mut self.scope_bytes)?,
+            None => return refused("no transaction"),
+        };
+        self.hold_scope()?;
+        Ok(done)
+    }
+
+    /// Count the scope the host holds for this call against the call's
+    /// memory limit, as if it were the plugin's own memory: a daemon
+    /// admits calls by their limits, and a scope (up to
+    /// [`MAX_SCOPE_BYTES`] as stored, more as the maps that hold it, and
+    /// once more in a `list` answer) is memory the plugin makes the host
+    /// keep.
+    fn hold_scope(&mut self) -> Result<(), StoreFail> {
+        let held = self.scope_bytes.saturating_mul(SCOPE_HELD_PER_BYTE);
+        self.memory
+            .hold(held)
+            .map_err(|cause| StoreFail::from(self.abort(cause)))
     }
 }
+
+/// Host memory counted per byte of a scope as stored: its maps (keys,
+/// owners and the tree around them: about twice the stored bytes for
+/// host-local's entries), and the bytes read or written.
+const SCOPE_HELD_PER_BYTE: usize = 3;
 
 /// What the plugin passed, as a refusal quotes it: cut, since the message
 /// goes back to the plugin and into the log.

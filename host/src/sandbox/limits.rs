@@ -25,6 +25,31 @@ pub const DEFAULT_MAX_RESULT_BYTES: u64 = 1 << 20;
 /// because the CLI of the binary without the model shows it too.
 pub const PLUGIN_TEST_MAX_SECONDS: u64 = 120;
 
+/// What the host copies out of a plugin in one go: an import's arguments,
+/// or its answer (wasmtime's hostcall fuel, which counts the bytes of each
+/// string and list, and each element as the host's type holds it).
+/// Imports take little (a log line is kept to 4 KiB, a store value to 64
+/// KiB, a lookup to 1024 keys); an answer's bound follows its
+/// `maxResultBytes`, with room for the host's layout being larger than
+/// the answer's JSON.
+pub const TRANSFER_FLOOR: usize = 1 << 20;
+
+pub fn transfer_bytes(max_result_bytes: u64) -> usize {
+    usize::try_from(max_result_bytes.saturating_mul(4))
+        .unwrap_or(usize::MAX)
+        .max(TRANSFER_FLOOR)
+}
+
+/// Whether `err` is wasmtime's refusal to copy past [`transfer_bytes`]:
+/// its error type is private, its message is not (and the version is
+/// pinned; `the_transfer_bound_is_told_apart` holds it to it).
+pub fn is_transfer_bound(err: &wasmtime::Error) -> bool {
+    err.chain().any(|e| {
+        e.to_string()
+            .contains("fuel allocated for hostcalls has been exhausted")
+    })
+}
+
 /// Granularity of the deadline: the epoch advances every tick.
 pub const TICK: Duration = Duration::from_millis(5);
 
@@ -85,6 +110,8 @@ pub const MAX_TABLES: usize = 64;
 /// Table elements (function references, 8 bytes each on the host) across
 /// every table of a call.
 pub const MAX_TABLE_ELEMENTS: usize = 1_000_000;
+/// What one table element takes on the host.
+const TABLE_ELEMENT_BYTES: usize = 8;
 
 /// A call's linear memory kept resident in a daemon's pool slot after the
 /// call: reset by `memset` of the pages it touched (found with
@@ -133,8 +160,10 @@ pub fn instance_pool(calls: u32) -> wasmtime::PoolingAllocationConfig {
     pool
 }
 
-/// Caps linear memory and remembers that it did, so the host can say
-/// "memory limit" instead of reporting the allocator's abort.
+/// Caps what a call's instance holds — its linear memories, its tables
+/// and the state scope the host keeps for it — and remembers that it did,
+/// so the host can say "memory limit" instead of reporting the allocator's
+/// abort. A daemon admits calls by this cap (`daemon::admission`).
 ///
 /// The cap is on the sum over every memory of the call's instance: a
 /// component may define several core memories (multi-memory, or several
@@ -149,6 +178,9 @@ pub struct MemoryCap {
     /// Grows of a memory that already existed: a call that fits its
     /// initial memory makes none (and so no change of page protections).
     grown: u32,
+    /// What the host holds for the call beyond its linear memory (its
+    /// state scope), counted against the same cap.
+    host_held: usize,
 }
 
 impl MemoryCap {
@@ -158,7 +190,26 @@ impl MemoryCap {
             memory_total: 0,
             table_total: 0,
             grown: 0,
+            host_held: 0,
         }
+    }
+
+    /// The host now holds `bytes` for this call (replacing what it held
+    /// before); refused, as a memory grow past the cap is, when the call's
+    /// memory and these together would be over it.
+    pub fn hold(&mut self, bytes: usize) -> Result<(), super::AbortCause> {
+        let total = self
+            .memory_total
+            .saturating_add(self.table_total.saturating_mul(TABLE_ELEMENT_BYTES))
+            .saturating_add(bytes);
+        if bytes > self.host_held && total > self.max_bytes {
+            return Err(super::AbortCause::Memory {
+                limit: self.max_bytes as u64,
+                wanted: total as u64,
+            });
+        }
+        self.host_held = bytes;
+        Ok(())
     }
 
     /// Bytes of linear memory held now, and how many times a memory grew
@@ -180,12 +231,13 @@ impl ResourceLimiter for MemoryCap {
             .memory_total
             .saturating_sub(current)
             .saturating_add(desired);
-        if total > self.max_bytes {
+        let tables = self.table_total.saturating_mul(TABLE_ELEMENT_BYTES);
+        if total.saturating_add(self.host_held).saturating_add(tables) > self.max_bytes {
             // Trap right here rather than let the guest's allocator see a
             // failed grow: the trap carries the cause, an abort would not.
             return Err(wasmtime::Error::new(super::AbortCause::Memory {
                 limit: self.max_bytes as u64,
-                wanted: total as u64,
+                wanted: total.saturating_add(self.host_held).saturating_add(tables) as u64,
             }));
         }
         self.memory_total = total;
@@ -201,13 +253,18 @@ impl ResourceLimiter for MemoryCap {
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        // Tables hold function references; a plugin needs few. Bound them
-        // so they cannot be used to eat host memory around the memory cap.
+        // Tables hold function references; a plugin needs few. Bound them,
+        // and count them against the cap as memory: they are the host's
+        // memory the plugin grows.
         let total = self
             .table_total
             .saturating_sub(current)
             .saturating_add(desired);
-        if total > MAX_TABLE_ELEMENTS {
+        let bytes = self
+            .memory_total
+            .saturating_add(self.host_held)
+            .saturating_add(total.saturating_mul(TABLE_ELEMENT_BYTES));
+        if total > MAX_TABLE_ELEMENTS || (desired > current && bytes > self.max_bytes) {
             return Ok(false);
         }
         self.table_total = total;
@@ -423,8 +480,26 @@ mod tests {
 
     #[test]
     fn table_elements_are_bounded_in_total() {
-        let mut cap = MemoryCap::new(1 << 20);
+        let mut cap = MemoryCap::new(16 << 20);
         assert!(cap.table_growing(0, MAX_TABLE_ELEMENTS, None).unwrap());
         assert!(!cap.table_growing(0, 1, None).unwrap());
+    }
+
+    #[test]
+    fn tables_and_what_the_host_holds_count_against_the_cap() {
+        // 1 MiB: 128 Ki table elements of 8 bytes, or memory, or both.
+        let mut cap = MemoryCap::new(1 << 20);
+        assert!(!cap.table_growing(0, 128 << 10 | 1, None).unwrap());
+        assert!(cap.table_growing(0, 64 << 10, None).unwrap());
+        assert!(cap
+            .memory_growing(0, (512 << 10) + (64 << 10), None)
+            .is_err());
+        assert!(cap.memory_growing(0, 256 << 10, None).unwrap());
+        // The host's hold fits what is left, or is refused.
+        assert!(cap.hold(512 << 10).is_err());
+        cap.hold(256 << 10).unwrap();
+        // Less is always allowed, and frees room.
+        cap.hold(0).unwrap();
+        assert!(cap.memory_growing(256 << 10, 512 << 10, None).unwrap());
     }
 }

@@ -227,6 +227,17 @@ pub enum AbortCause {
         limit: u64,
         size: u64,
     },
+    /// The answer was over what the host copies out of a plugin at once
+    /// ([`limits::transfer_bytes`]), so its size is known only to be more.
+    AnswerTooLarge {
+        limit: u64,
+        bound: u64,
+    },
+    /// An import's arguments were over what the host copies out of a
+    /// plugin at once.
+    ArgumentsTooLarge {
+        bound: u64,
+    },
     /// Another call held the plugin's store scope until this one's
     /// deadline: a transient condition, reported as "try again later".
     StoreBusy {
@@ -246,7 +257,8 @@ impl AbortCause {
             AbortCause::Deadline { .. } => "deadline",
             AbortCause::Memory { .. } => "memory",
             AbortCause::HostCalls { .. } => "host_calls",
-            AbortCause::ResultTooLarge { .. } => "result_size",
+            AbortCause::ResultTooLarge { .. } | AbortCause::AnswerTooLarge { .. } => "result_size",
+            AbortCause::ArgumentsTooLarge { .. } => "arguments_size",
             AbortCause::StoreBusy { .. } => "store_busy",
             AbortCause::StoreUnavailable(_) => "store_unavailable",
             AbortCause::Trap(_) => "trap",
@@ -272,6 +284,16 @@ impl fmt::Display for AbortCause {
             AbortCause::ResultTooLarge { what, limit, size } => {
                 write!(f, "{what} of {size} bytes exceeds maxResultBytes ({limit})")
             }
+            AbortCause::AnswerTooLarge { limit, bound } => write!(
+                f,
+                "answer of more than {bound} bytes (all the host copies from a plugin at once) \
+                 exceeds maxResultBytes ({limit})"
+            ),
+            AbortCause::ArgumentsTooLarge { bound } => write!(
+                f,
+                "an import's arguments of more than {bound} bytes, all the host copies from a \
+                 plugin at once"
+            ),
             AbortCause::StoreBusy { scope, waited_ms } => write!(
                 f,
                 "its state {scope} stayed locked by another call for {waited_ms} ms, until its deadline"
@@ -819,6 +841,12 @@ impl Runtime {
         store.set_epoch_deadline(left.deadline_ticks());
         store.epoch_deadline_trap();
         store.call_hook(state::budget_hook);
+        // What the host copies out of the plugin at once (an import's
+        // arguments, its answer) is bounded before it is copied: a 62 MB
+        // log line was copied whole, then cut to 4 KiB, and a list of
+        // strings that all point at one buffer copies it once per element.
+        let transfer = limits::transfer_bytes(limits.max_result_bytes);
+        store.set_hostcall_fuel(transfer);
 
         let outcome = match &plugin.pre {
             Bound::Now(pre) => pre.instantiate(&mut store).and_then(|inst| {
@@ -919,6 +947,21 @@ impl Runtime {
                 // interrupt is the deadline reached in wasm code.
                 let cause = if let Some(cause) = err.downcast_ref::<AbortCause>() {
                     cause.clone()
+                } else if limits::is_transfer_bound(&err) {
+                    // Copying an import's arguments, the error came up
+                    // through the plugin's frames, which left their
+                    // backtrace on it; copying the answer, after the plugin
+                    // returned, it did not.
+                    if err.downcast_ref::<wasmtime::WasmBacktrace>().is_none() {
+                        AbortCause::AnswerTooLarge {
+                            limit: limits.max_result_bytes,
+                            bound: transfer as u64,
+                        }
+                    } else {
+                        AbortCause::ArgumentsTooLarge {
+                            bound: transfer as u64,
+                        }
+                    }
                 } else if err.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
                     AbortCause::Deadline {
                         ms: limits.deadline_ms,
