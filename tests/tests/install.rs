@@ -876,6 +876,29 @@ fn pod_cidrs_come_from_the_api_server_or_a_clear_error() {
         ("another CA", wrong_ca, &["TLS"], 3),
         ("plain http", plain, &["not https"], 3),
         ("a lying CIDR", args("lies", &[]), &["is not a CIDR"], 3),
+        // What a Node object says routes into the pod bridge: an API
+        // object that could write it must not route the node's traffic.
+        (
+            "half of IPv4",
+            args("half-the-internet", &[]),
+            &["128.0.0.0/1 is wider than a /16"],
+            3,
+        ),
+        (
+            "everything",
+            args("everything", &[]),
+            &["0.0.0.0/0 is wider than a /16"],
+            3,
+        ),
+        (
+            "wider than the bound",
+            args("wide", &[]),
+            &[
+                "10.64.0.0/12 is wider than a /16",
+                "--min-pod-cidr-prefix-v4",
+            ],
+            3,
+        ),
         ("a huge reply", args("huge", &[]), &["over the limit"], 3),
         (
             "a path in the name",
@@ -915,6 +938,11 @@ fn pod_cidrs_come_from_the_api_server_or_a_clear_error() {
         assert_eq!(node.files(), before, "{what}: something was written");
     }
     assert!(!api.requests().contains("../"), "{}", api.requests());
+
+    // The operator may allow a wider one.
+    let (code, out, err, _) = run_ns(&args("wide", &["--min-pod-cidr-prefix-v4", "12"]));
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert_eq!(subnet(), "10.64.0.0/12");
 
     // A node whose CIDR comes on the third read.
     let (code, out, err, _) = run_ns(&args("late", &[]));

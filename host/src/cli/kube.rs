@@ -42,6 +42,63 @@ pub struct KubeArgs {
     /// registers; an API server may be restarting). Each request has 5 s.
     #[arg(long, value_name = "MS", default_value_t = 60_000)]
     pub api_wait_ms: u64,
+    /// The shortest IPv4 prefix a Node's pod CIDR may have: a wider one is
+    /// refused (a pod CIDR is routed into the node's bridge).
+    #[arg(long, value_name = "LEN", default_value_t = PodCidrBounds::DEFAULT.v4)]
+    pub min_pod_cidr_prefix_v4: u8,
+    /// The shortest IPv6 prefix a Node's pod CIDR may have.
+    #[arg(long, value_name = "LEN", default_value_t = PodCidrBounds::DEFAULT.v6)]
+    pub min_pod_cidr_prefix_v6: u8,
+}
+
+/// How wide a pod CIDR an API object may give a node. The Node object is
+/// the API server's word, and whoever can write a Node's `spec.podCIDRs`
+/// is not thereby root on every node: `0.0.0.0/0` or `128.0.0.0/1` there
+/// once routed half of IPv4 into the pod bridge. The same rule applies to
+/// the CIDRs of other Nodes a node routes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PodCidrBounds {
+    pub v4: u8,
+    pub v6: u8,
+}
+
+impl PodCidrBounds {
+    /// A /16 of IPv4 (65 534 pods) and a /48 of IPv6 per node: wider than
+    /// any node is given (Kubernetes' default node masks are /24 and /64).
+    pub const DEFAULT: PodCidrBounds = PodCidrBounds { v4: 16, v6: 48 };
+
+    /// `net` is a pod CIDR a node may route to its pods: no wider than
+    /// the bound, and in no range that is not a node's to give out
+    /// (unspecified, loopback, link-local, multicast, reserved).
+    pub fn check(&self, net: &IpNet) -> Result<(), String> {
+        let (min, family) = match net {
+            IpNet::V4(_) => (self.v4, "IPv4"),
+            IpNet::V6(_) => (self.v6, "IPv6"),
+        };
+        if net.prefix_len() < min {
+            return Err(format!(
+                "{net} is wider than a /{min}, the widest {family} pod CIDR a node takes \
+                 (--min-pod-cidr-prefix-v4/-v6)"
+            ));
+        }
+        let special: &[&str] = match net {
+            IpNet::V4(_) => &[
+                "0.0.0.0/8",
+                "127.0.0.0/8",
+                "169.254.0.0/16",
+                "224.0.0.0/4",
+                "240.0.0.0/4",
+            ],
+            IpNet::V6(_) => &["::/8", "fe80::/10", "ff00::/8"],
+        };
+        for range in special {
+            let range: IpNet = range.parse().map_err(|_| "a bad range".to_string())?;
+            if range.contains(net) || net.contains(&range) {
+                return Err(format!("{net} is in {range}, not a range for pods"));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The node's pod CIDRs, as placeholder values.
@@ -107,6 +164,20 @@ fn api_url(a: &KubeArgs, node: &str) -> Result<Url, String> {
 }
 
 fn pod_cidrs(a: &KubeArgs, node: &str) -> Result<Vec<IpNet>, String> {
+    let bounds = PodCidrBounds {
+        v4: a.min_pod_cidr_prefix_v4,
+        v6: a.min_pod_cidr_prefix_v6,
+    };
+    let cidrs = fetch_pod_cidrs(a, node)?;
+    for net in &cidrs {
+        bounds
+            .check(net)
+            .map_err(|why| format!("--pod-cidr-from-node {node}: spec.podCIDRs: {why}"))?;
+    }
+    Ok(cidrs)
+}
+
+fn fetch_pod_cidrs(a: &KubeArgs, node: &str) -> Result<Vec<IpNet>, String> {
     let url = api_url(a, node)?;
     let sa = Path::new(SA_DIR);
     let token_file = a.api_token_file.clone().unwrap_or_else(|| sa.join("token"));
@@ -265,6 +336,39 @@ mod tests {
     }
 
     #[test]
+    fn a_pod_cidr_is_no_wider_than_its_bound_and_in_no_special_range() {
+        let b = PodCidrBounds::DEFAULT;
+        for ok in [
+            "10.244.3.0/24",
+            "10.0.0.0/16",
+            "fd00:10:244:3::/64",
+            "2001:db8::/48",
+        ] {
+            assert_eq!(b.check(&ok.parse().unwrap()), Ok(()), "{ok}");
+        }
+        for (bad, why) in [
+            ("0.0.0.0/0", "wider than a /16"),
+            ("128.0.0.0/1", "wider than a /16"),
+            ("10.0.0.0/8", "wider than a /16"),
+            ("::/0", "wider than a /48"),
+            ("fd00::/32", "wider than a /48"),
+            ("127.0.0.0/24", "in 127.0.0.0/8"),
+            ("169.254.1.0/24", "in 169.254.0.0/16"),
+            ("224.1.0.0/24", "in 224.0.0.0/4"),
+            ("0.0.0.0/24", "in 0.0.0.0/8"),
+            ("fe80::/64", "in fe80::/10"),
+            ("ff02::/64", "in ff00::/8"),
+            ("::ffff:10.0.0.0/120", "in ::/8"),
+        ] {
+            let e = b.check(&bad.parse().unwrap()).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+        let wide = PodCidrBounds { v4: 8, v6: 32 };
+        assert_eq!(wide.check(&"10.0.0.0/8".parse().unwrap()), Ok(()));
+        assert!(wide.check(&"0.0.0.0/0".parse().unwrap()).is_err());
+    }
+
+    #[test]
     fn only_a_node_name_and_https_make_a_url() {
         let a = KubeArgs {
             pod_cidr_from_node: None,
@@ -272,6 +376,8 @@ mod tests {
             api_token_file: None,
             api_ca_file: None,
             api_wait_ms: 0,
+            min_pod_cidr_prefix_v4: 16,
+            min_pod_cidr_prefix_v6: 48,
         };
         assert_eq!(
             api_url(&a, "node-1.x").unwrap().target,
