@@ -671,10 +671,24 @@ fn a_socket_systemd_passes_is_served() {
     let out = Invocation::new("STATUS")
         .env("WASM_CNI_LOG", "info")
         .run_in(Some(&ns.name), &conf);
+    // The socket systemd passed is the daemon's alone: close-on-exec, so
+    // no child (the compile child, a native plugin) inherits the runtime's
+    // socket. (systemd-socket-activate ran the daemon in its own place.)
+    let fdinfo =
+        std::fs::read_to_string(format!("/proc/{}/fdinfo/3", activator.id())).unwrap_or_default();
+    let flags = fdinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("flags:"))
+        .and_then(|f| u32::from_str_radix(f.trim(), 8).ok());
     let _ = sh(&["kill", "-TERM", &activator.id().to_string()]);
     let _ = activator.wait();
     out.assert_ok();
     assert!(out.stderr.contains("a status"), "{}", out.stderr);
+    const O_CLOEXEC: u32 = 0o2000000;
+    assert!(
+        flags.is_some_and(|f| f & O_CLOEXEC != 0),
+        "fd 3 is inherited by the daemon's children: {fdinfo}"
+    );
 }
 
 /// A daemon in a mount namespace of its own with private propagation (a pod

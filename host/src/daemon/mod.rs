@@ -1240,11 +1240,13 @@ fn systemd_socket() -> Result<Option<UnixListener>, String> {
     if !is_socket {
         return Err("LISTEN_FDS: fd 3 is not a socket".into());
     }
+    // systemd passes it inheritable; the daemon's children (the compile
+    // child, native plugins) must not get the runtime's socket.
+    rustix::io::fcntl_setfd(&fd, rustix::io::FdFlags::CLOEXEC)
+        .map_err(|e| format!("LISTEN_FDS: fd 3: {e}"))?;
     Ok(Some(UnixListener::from(fd)))
 }
 
-/// Block SIGTERM and SIGINT in this thread and every thread it starts, so
-/// that only the signal thread receives them.
 /// Block SIGTERM and SIGINT in this thread and every thread it starts from
 /// now on (a signal thread waits for them): call it before starting a
 /// thread of your own beside the daemon, or a SIGTERM may end the process
