@@ -126,23 +126,45 @@ fn the_manifests_validate_strictly_and_grant_only_what_install_reads() {
             c["name"]
         );
     }
-    // The probes ask the daemon's own listener, on the node's loopback.
+    // The probes ask the daemon's own listener: a unix socket in the
+    // directory only root enters, never a TCP port a local user could take
+    // first, by exec, which checks who answers.
     let daemon = &spec["containers"][0];
+    let metrics = "--metrics=unix:/run/wasm-cni/metrics.sock";
     assert!(
-        daemon["args"]
-            .as_array()
-            .unwrap()
-            .contains(&json!("--metrics=tcp:127.0.0.1:9750")),
+        daemon["args"].as_array().unwrap().contains(&json!(metrics)),
         "{}",
         daemon["args"]
     );
-    for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
+    for (probe, what) in [("livenessProbe", "live"), ("readinessProbe", "ready")] {
         assert_eq!(
-            daemon[probe]["httpGet"],
-            json!({"host": "127.0.0.1", "port": 9750, "path": path}),
+            daemon[probe]["exec"]["command"],
+            json!(["/opt/wasm-cni/wasm-cni", "probe", what, metrics]),
             "{probe}"
         );
+        assert!(daemon[probe].get("httpGet").is_none(), "{probe}");
     }
+    // privileged says it all; capabilities beside it said nothing.
+    assert_eq!(daemon["securityContext"]["privileged"], true);
+    assert!(daemon["securityContext"].get("capabilities").is_none());
+    // Only the installer gets a service-account token.
+    assert_eq!(spec["automountServiceAccountToken"], false);
+    let token_mounts = |c: &Value| {
+        c["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| {
+                spec["volumes"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|v| v["name"] == m["name"] && v.get("projected").is_some())
+            })
+            .count()
+    };
+    assert_eq!(token_mounts(&spec["initContainers"][0]), 1);
+    assert_eq!(token_mounts(daemon), 0);
     // The installer runs with no capability at all.
     let init = &spec["initContainers"][0];
     assert_eq!(
@@ -159,7 +181,7 @@ fn podman_args(
     c: &Value,
     spec: &Value,
     root: &Path,
-    configmaps: &Path,
+    (configmaps, sa): (&Path, &Path),
     env: &[(String, String)],
 ) -> Vec<String> {
     let mut a: Vec<String> = Vec::new();
@@ -205,6 +227,9 @@ fn podman_args(
                 on_node.display(),
                 on_node.display()
             ));
+        } else if vol.get("projected").is_some() {
+            // The service account, as the kubelet projects it.
+            a.push(format!("--volume={}:{mount}{ro}", sa.display()));
         } else {
             a.push(format!("--volume={}:{mount}{ro}", configmaps.display()));
         }
@@ -345,6 +370,26 @@ impl Node {
             .unwrap_or_else(|| panic!("{out}"))
             .trim()
             .to_string();
+        // `cargo xtask image` renders the manifest beside the archive with
+        // the image named by the digest of what it built: the one loaded.
+        let digest = pm
+            .run(&[
+                "image".into(),
+                "inspect".into(),
+                "--format".into(),
+                "{{.Digest}}".into(),
+                image.clone(),
+            ])
+            .1
+            .trim()
+            .to_string();
+        assert!(digest.starts_with("sha256:"), "{digest}");
+        let pinned = fs::read_to_string(archive.with_file_name("wasm-cni.yaml")).unwrap();
+        let loaded_tag = image.rsplit_once(':').map_or("", |(_, t)| t);
+        assert!(
+            pinned.contains(&format!("image: localhost/wasm-cni:{loaded_tag}@{digest}")),
+            "{digest} not pinned in\n{pinned}"
+        );
         let docs = documents();
         let spec = find(&docs, "DaemonSet")["spec"]["template"]["spec"].clone();
         assert_eq!(spec["hostNetwork"], true);
@@ -410,15 +455,11 @@ impl Node {
             None => run.push("--rm".into()),
         }
         run.push(format!("--network=ns:/run/netns/{}", self.ns.name));
-        run.push(format!(
-            "--volume={}:/var/run/secrets/kubernetes.io/serviceaccount:ro",
-            self.sa.display()
-        ));
         run.extend(podman_args(
             c,
             &self.spec,
             self.root.path(),
-            &self.configmaps,
+            (&self.configmaps, &self.sa),
             &env,
         ));
         run.push(image.to_string());
@@ -611,43 +652,59 @@ fn containerd_runs_pods_on_the_daemonset_through_an_upgrade_and_uninstall() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(ctd.pid(), ctd_pid);
-    // The probes, as the kubelet sends them to the node's loopback.
-    let get = |path: &str| {
-        node.ns.exec(&[
-            "curl",
-            "-s",
-            "-w",
-            " %{http_code}",
-            &format!("http://127.0.0.1:9750{path}"),
-        ])
+    // The probes, as the kubelet runs them: the pod spec's exec command in
+    // the daemon's container.
+    let probe = |probe: &str| -> (bool, String) {
+        let command: Vec<String> = node.spec["containers"][0][probe]["exec"]["command"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| rehome(a.as_str().unwrap(), &node.spec, node.root.path()))
+            .collect();
+        let mut args = vec!["exec".to_string(), "wasm-cni-ds-a".to_string()];
+        args.extend(command);
+        node.pm.run(&args)
     };
-    assert!(get("/healthz").ends_with("ok\n 200"), "{}", get("/healthz"));
-    // `/readyz` once it answers `status` (20 s at most).
-    let readyz = |status: &str| -> String {
+    let (live, said) = probe("livenessProbe");
+    assert!(live && said.trim() == "ok", "{said}");
+    // Ready once it answers `status` (20 s at most).
+    let readyz = |ready: bool| -> String {
         let started = Instant::now();
         loop {
-            let r = get("/readyz");
-            if r.ends_with(&format!(" {status}")) {
-                return r;
+            let (ok, said) = probe("readinessProbe");
+            if ok == ready {
+                return said;
             }
             assert!(
                 started.elapsed() < Duration::from_secs(20),
-                "not {status}: {r}"
+                "not {}: {said}",
+                if ready { "ready" } else { "unready" }
             );
             std::thread::sleep(Duration::from_millis(200));
         }
     };
-    readyz("200");
+    readyz(true);
+    // The same listener, as a scraper on the node reads it.
+    let socket = node.dir("/run/wasm-cni").join("metrics.sock");
+    let get = |path: &str| {
+        node.ns.exec(&[
+            "curl",
+            "-s",
+            "--unix-socket",
+            socket.to_str().unwrap(),
+            &format!("http://localhost{path}"),
+        ])
+    };
     // A component that no longer compiles makes the node's network not
     // ready, with the cause; liveness stays.
     let bridge = node.dir("/opt/cni/wasm").join("bridge.wasm");
     let good = fs::read(&bridge).unwrap();
     fs::write(&bridge, b"\0asm not a component").unwrap();
-    let cause = readyz("503");
+    let cause = readyz(false);
     assert!(cause.contains("bridge"), "{cause}");
-    assert!(get("/healthz").ends_with(" 200"));
+    assert!(probe("livenessProbe").0);
     fs::write(&bridge, &good).unwrap();
-    readyz("200");
+    readyz(true);
     // Hostile: probes cost the daemon no STATUS each; 200 of them in a
     // row add at most the checker's own (one per 3 s).
     let statuses = || -> u64 {
@@ -658,8 +715,11 @@ fn containerd_runs_pods_on_the_daemonset_through_an_upgrade_and_uninstall() {
             .sum()
     };
     let before = (statuses(), Instant::now());
-    let burst = "for i in $(seq 200); do curl -s -o /dev/null http://127.0.0.1:9750/readyz; done";
-    node.ns.exec(&["sh", "-c", burst]);
+    let burst = format!(
+        "for i in $(seq 200); do curl -s -o /dev/null --unix-socket {} http://localhost/readyz; done",
+        socket.display()
+    );
+    node.ns.exec(&["sh", "-c", &burst]);
     let checks = before.1.elapsed().as_secs() / 3 + 2;
     assert!(
         statuses() - before.0 <= checks,

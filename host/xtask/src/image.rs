@@ -17,8 +17,9 @@ use crate::{fail, Context, Result};
 pub const NAME: &str = "localhost/wasm-cni";
 
 /// Build `bin`'s binaries and `components`' top-level `*.wasm` into an OCI
-/// archive at `out`, tagged `NAME:tag`. Returns the archive's size.
-pub fn build(bin: &Path, components: &Path, out: &Path, tag: &str) -> Result<u64> {
+/// archive at `out`, tagged `NAME:tag`. Returns the archive's size and its
+/// manifest's digest (`sha256:…`).
+pub fn build(bin: &Path, components: &Path, out: &Path, tag: &str) -> Result<(u64, String)> {
     let ctr = buildah(&["from", "--format", "oci", "scratch"])?;
     let ctr = ctr.trim().to_string();
     let result = (|| {
@@ -65,19 +66,40 @@ pub fn build(bin: &Path, components: &Path, out: &Path, tag: &str) -> Result<u64
             std::fs::create_dir_all(dir).context(dir.display())?;
         }
         let _ = std::fs::remove_file(out);
+        let digest_file = out.with_extension("digest");
         buildah(&[
             "commit",
             "--format",
             "oci",
             "--quiet",
+            "--digestfile",
+            path_str(&digest_file)?,
             &ctr,
             &format!("oci-archive:{}:{NAME}:{tag}", path_str(out)?),
         ])?;
-        Ok(())
+        let digest = std::fs::read_to_string(&digest_file).context(digest_file.display())?;
+        Ok(digest.trim().to_string())
     })();
     let _ = buildah(&["rm", &ctr]);
-    result?;
-    Ok(std::fs::metadata(out).context(out.display())?.len())
+    let digest = result?;
+    if !digest.starts_with("sha256:") {
+        return Err(fail!(
+            "buildah named the image {digest:?}, not a sha256 digest"
+        ));
+    }
+    Ok((std::fs::metadata(out).context(out.display())?.len(), digest))
+}
+
+/// The DaemonSet manifest with its image named by `name:tag@digest`, so
+/// that every node runs exactly the image built (a tag can be moved, a
+/// digest cannot). `name` is where the nodes pull it from.
+pub fn render_manifest(manifest: &Path, name: &str, tag: &str, digest: &str) -> Result<String> {
+    let text = std::fs::read_to_string(manifest).context(manifest.display())?;
+    let from = format!("image: {NAME}:{}", env!("CARGO_PKG_VERSION"));
+    if !text.contains(&from) {
+        return Err(fail!("{}: no {from:?} to pin", manifest.display()));
+    }
+    Ok(text.replace(&from, &format!("image: {name}:{tag}@{digest}")))
 }
 
 fn path_str(p: &Path) -> Result<&str> {

@@ -101,6 +101,11 @@ enum Task {
         /// The tag [default: the workspace version].
         #[arg(long)]
         tag: Option<String>,
+        /// Where nodes pull it from (REGISTRY[/PATH]), for the manifest
+        /// rendered beside the archive, which names the image by digest
+        /// [default: localhost, as `podman load` names it].
+        #[arg(long)]
+        registry: Option<String>,
     },
     /// Build the release host, the bench and every component, then run
     /// the benchmark suite (host/bench; root, not part of `test`): wasm-cni
@@ -183,7 +188,9 @@ fn main() -> ExitCode {
         Task::Demo => workspace_root().and_then(tasks::demo),
         Task::Fuzz { seconds, target } => workspace_root()
             .and_then(|root| tasks::fuzz(root, seconds.unwrap_or(tasks::FUZZ_SECONDS), &target)),
-        Task::Image { out, tag } => workspace_root().and_then(|root| tasks::image(root, out, tag)),
+        Task::Image { out, tag, registry } => {
+            workspace_root().and_then(|root| tasks::image(root, out, tag, registry))
+        }
         Task::Bench { args } => workspace_root().and_then(|root| tasks::bench(root, &args)),
     };
     match outcome {

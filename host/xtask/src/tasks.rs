@@ -383,7 +383,18 @@ pub fn test(root: &Path) -> Result<()> {
     install_plugin_test(root, &bin, &build)?;
     // The node image the Kubernetes tests run, from this build.
     let image = root.join(IMAGE_ARCHIVE);
-    crate::image::build(&bin, &root.join("target-guest/components"), &image, "test")?;
+    let (_, digest) =
+        crate::image::build(&bin, &root.join("target-guest/components"), &image, "test")?;
+    // Beside it, the DaemonSet manifest pinned to it (the Kubernetes tests
+    // check the pin against the image they load).
+    let pinned = crate::image::render_manifest(
+        &root.join("host/deploy/kubernetes/wasm-cni.yaml"),
+        crate::image::NAME,
+        "test",
+        &digest,
+    )?;
+    let rendered = image.with_file_name("wasm-cni.yaml");
+    std::fs::write(&rendered, pinned).context(rendered.display())?;
     let image = image.to_string_lossy().into_owned();
     // Every pass selects the whole workspace (see `StaticBuild`), so the
     // later ones compile nothing: `--test` picks the binaries.
@@ -668,19 +679,44 @@ fn build_all(root: &Path) -> Result<PathBuf> {
     Ok(bin)
 }
 
-pub fn image(root: &Path, out: Option<PathBuf>, tag: Option<String>) -> Result<()> {
+pub fn image(
+    root: &Path,
+    out: Option<PathBuf>,
+    tag: Option<String>,
+    registry: Option<String>,
+) -> Result<()> {
     setup::run(&["buildah"])?;
     let build = StaticBuild::detect()?;
     let bin = build_host(root, &build)?;
     plugins::run(root, None, false, &[])?;
     let out = out.unwrap_or_else(|| root.join(IMAGE_ARCHIVE));
     let tag = tag.unwrap_or_else(|| env!("CARGO_PKG_VERSION").to_string());
-    let size = crate::image::build(&bin, &root.join("target-guest/components"), &out, &tag)?;
+    let (size, digest) =
+        crate::image::build(&bin, &root.join("target-guest/components"), &out, &tag)?;
     println!(
-        "image: {}:{tag} in {} ({:.2} MB)",
+        "image: {}:{tag}@{digest} in {} ({:.2} MB)",
         crate::image::NAME,
         out.display(),
         size as f64 / 1e6
+    );
+    // The manifest pinned to what was built, for where the nodes pull it.
+    let name = match &registry {
+        Some(r) => format!("{}/wasm-cni", r.trim_end_matches('/')),
+        None => crate::image::NAME.to_string(),
+    };
+    let manifest = crate::image::render_manifest(
+        &root.join("host/deploy/kubernetes/wasm-cni.yaml"),
+        &name,
+        &tag,
+        &digest,
+    )?;
+    let rendered = out.with_file_name("wasm-cni.yaml");
+    std::fs::write(&rendered, manifest).context(rendered.display())?;
+    println!(
+        "manifest: {} (image {name}:{tag}@{digest}; `skopeo copy oci-archive:{} \
+         docker://{name}:{tag}` keeps the digest)",
+        rendered.display(),
+        out.display()
     );
     Ok(())
 }
