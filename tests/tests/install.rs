@@ -1037,7 +1037,11 @@ fn no_local_user_can_hold_the_installers_lock() {
     fs::create_dir_all(&record_dir).unwrap();
     let _dir_held = Holder::new(NOBODY, &record_dir);
     let _root_held = Holder::new(NOBODY, node.root.path());
-    let (code, out, err) = run(&image.bin(), &node.install_args(&template));
+    // Bounded here (an installer that waits for the holder would wait
+    // without end): `timeout` ends it, and the exit says so.
+    let mut bounded = vec!["30".to_string(), image.bin().display().to_string()];
+    bounded.extend(node.install_args(&template));
+    let (code, out, err) = run(Path::new("/usr/bin/timeout"), &bounded);
     assert_eq!(code, 0, "install waited for a local user:\n{out}\n{err}");
     let lock = record_dir.join(".install.json.lock");
     assert!(!lock.exists(), "install left its lock behind");

@@ -228,7 +228,11 @@ import time; time.sleep(600)
         &[store.to_str().unwrap(), lock_old.to_str().unwrap()],
     );
     let started = Instant::now();
-    let out = Command::new(wasm_cni_bin())
+    // Bounded here, as a test of a wait must be: the old store waited for
+    // the holder without end.
+    let out = Command::new("timeout")
+        .arg("20")
+        .arg(wasm_cni_bin())
         .args(["images", "rm", "--image-dir"])
         .arg(&store)
         .arg("127.0.0.1:5000/cni/absent@sha256:".to_string() + &"0".repeat(64))
