@@ -864,13 +864,17 @@ fn trusted(policy: &Policy, store: &ImageStore, image: &ImageRef) -> Result<(), 
     let pulled_from = store.provenance(manifest)?;
     if pulled_from.is_empty() {
         return Err(ImageError::Refused(format!(
-            "{named}@{manifest}: this node has no record of where it pulled that manifest              from, which the trust policy {} judges; `wasm-cni pull {named}@{manifest}`              records it",
+            "{named}@{manifest}: this node has no record of where it pulled that manifest \
+             from, which the trust policy {} judges; `wasm-cni pull {named}@{manifest}` \
+             records it",
             policy.path().display()
         )));
     }
     if !pulled_from.contains(&named) {
         return Err(ImageError::Refused(format!(
-            "{named}@{manifest}: this node pulled that manifest from {}, never from {named};              the trust policy {} judges an image by the repository it came from, so a config              names it by that one",
+            "{named}@{manifest}: this node pulled that manifest from {}, never from {named}; \
+             the trust policy {} judges an image by the repository it came from, so a config \
+             names it by that one",
             pulled_from.join(", "),
             policy.path().display()
         )));

@@ -80,23 +80,7 @@ impl ImageStore {
 
     /// Read a blob of at most `max` bytes; `None` when it is not there.
     fn read_blob(&self, digest: &Digest, max: u64) -> Result<Option<Vec<u8>>, ImageError> {
-        let path = self.blob_path(digest);
-        let file = match fs::File::open(&path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(io_err(&path, e)),
-        };
-        let mut bytes = Vec::new();
-        file.take(max + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|e| io_err(&path, e))?;
-        if bytes.len() as u64 > max {
-            return Err(ImageError::Invalid {
-                what: path.display().to_string(),
-                why: format!("larger than {max} bytes"),
-            });
-        }
-        Ok(Some(bytes))
+        read_bounded(&self.blob_path(digest), max)
     }
 
     /// The manifest stored under `digest`, verified and parsed.
@@ -239,18 +223,9 @@ impl ImageStore {
             what: path.display().to_string(),
             why,
         };
-        let mut bytes = Vec::new();
-        match fs::File::open(&path) {
-            Ok(f) => f
-                .take(MAX_MANIFEST_BYTES + 1)
-                .read_to_end(&mut bytes)
-                .map_err(|e| io_err(&path, e))?,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(io_err(&path, e)),
+        let Some(bytes) = read_bounded(&path, MAX_MANIFEST_BYTES)? else {
+            return Ok(Vec::new());
         };
-        if bytes.len() as u64 > MAX_MANIFEST_BYTES {
-            return Err(bad("larger than 4 MiB".into()));
-        }
         let list: Vec<Value> = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
         list.iter()
             .take(super::sign::MAX_SIGNATURES)
@@ -313,29 +288,18 @@ impl ImageStore {
             what: path.display().to_string(),
             why,
         };
-        let mut bytes = Vec::new();
-        match fs::File::open(&path) {
-            Ok(f) => f
-                .take(MAX_PROVENANCE_BYTES + 1)
-                .read_to_end(&mut bytes)
-                .map_err(|e| io_err(&path, e))?,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                let mut named: Vec<String> = Vec::new();
-                for listed in self.index()?.iter().filter(|l| l.manifest == *manifest) {
-                    if let Ok(image) = listed.name.parse::<ImageRef>() {
-                        let repository = super::sign::docker_reference(&image);
-                        if !named.contains(&repository) {
-                            named.push(repository);
-                        }
+        let Some(bytes) = read_bounded(&path, MAX_PROVENANCE_BYTES)? else {
+            let mut named: Vec<String> = Vec::new();
+            for listed in self.index()?.iter().filter(|l| l.manifest == *manifest) {
+                if let Ok(image) = listed.name.parse::<ImageRef>() {
+                    let repository = super::sign::docker_reference(&image);
+                    if !named.contains(&repository) {
+                        named.push(repository);
                     }
                 }
-                return Ok(named);
             }
-            Err(e) => return Err(io_err(&path, e)),
+            return Ok(named);
         };
-        if bytes.len() as u64 > MAX_PROVENANCE_BYTES {
-            return Err(bad(format!("larger than {MAX_PROVENANCE_BYTES} bytes")));
-        }
         let v: Value = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
         let list = v
             .get("repositories")
@@ -465,6 +429,27 @@ impl ImageStore {
             .unwrap_or_default();
         Ok(listed)
     }
+}
+
+/// A file of the store, read as untrusted: `None` when it is not there,
+/// refused when it is over `max` bytes.
+fn read_bounded(path: &Path, max: u64) -> Result<Option<Vec<u8>>, ImageError> {
+    let mut bytes = Vec::new();
+    match fs::File::open(path) {
+        Ok(f) => f
+            .take(max + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| io_err(path, e))?,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_err(path, e)),
+    };
+    if bytes.len() as u64 > max {
+        return Err(ImageError::Invalid {
+            what: path.display().to_string(),
+            why: format!("larger than {max} bytes"),
+        });
+    }
+    Ok(Some(bytes))
 }
 
 fn entry_json(e: &Listed) -> Value {
