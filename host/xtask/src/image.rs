@@ -66,19 +66,15 @@ pub fn build(bin: &Path, components: &Path, out: &Path, tag: &str) -> Result<(u6
             std::fs::create_dir_all(dir).context(dir.display())?;
         }
         let _ = std::fs::remove_file(out);
-        let digest_file = out.with_extension("digest");
         buildah(&[
             "commit",
             "--format",
             "oci",
             "--quiet",
-            "--digestfile",
-            path_str(&digest_file)?,
             &ctr,
             &format!("oci-archive:{}:{NAME}:{tag}", path_str(out)?),
         ])?;
-        let digest = std::fs::read_to_string(&digest_file).context(digest_file.display())?;
-        Ok(digest.trim().to_string())
+        manifest_digest(out)
     })();
     let _ = buildah(&["rm", &ctr]);
     let digest = result?;
@@ -88,6 +84,33 @@ pub fn build(bin: &Path, components: &Path, out: &Path, tag: &str) -> Result<(u6
         ));
     }
     Ok((std::fs::metadata(out).context(out.display())?.len(), digest))
+}
+
+/// The digest of the image's manifest in an OCI archive: what its
+/// `index.json` names (one image), as registries and runtimes know it.
+fn manifest_digest(archive: &Path) -> Result<String> {
+    let out = Command::new("tar")
+        .arg("-xOf")
+        .arg(archive)
+        .arg("index.json")
+        .output()
+        .context("running tar")?;
+    if !out.status.success() {
+        return Err(fail!(
+            "{}: no index.json: {}",
+            archive.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let index: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .context(format_args!("{}: index.json", archive.display()))?;
+    match index["manifests"].as_array().map(Vec::as_slice) {
+        Some([one]) => one["digest"]
+            .as_str()
+            .map(str::to_string)
+            .ok_or_else(|| fail!("{}: a manifest without a digest", archive.display())),
+        _ => Err(fail!("{}: not one image in index.json", archive.display())),
+    }
 }
 
 /// The DaemonSet manifest with its image named by `name:tag@digest`, so
