@@ -1130,3 +1130,15 @@ impl Drop for Registry {
         }
     }
 }
+
+/// Whether uid 65534 can take a shared flock on `path` at once: what any
+/// local user could do to a lock file it can open.
+pub fn nobody_can_flock(path: &Path) -> bool {
+    Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args(["flock", "-n", "-s"])
+        .arg(path)
+        .arg("true")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
