@@ -8,7 +8,8 @@
 //! * `wasm_cni_requests_total{verb,outcome,code}` and
 //!   `wasm_cni_request_duration_seconds{verb}`: every request;
 //! * `wasm_cni_plugin_aborts_total{plugin,cause}`: plugins the host
-//!   stopped (trap, deadline, memory, host calls, result size, store busy);
+//!   stopped (trap, deadline, memory, host calls, result size, arguments
+//!   size, store busy);
 //! * `wasm_cni_refused_connections_total{reason}`: peers cut off (not
 //!   allowed, too slow, malformed or oversized requests);
 //! * `wasm_cni_ipam_addresses{network,plugin,state}`: allocated,

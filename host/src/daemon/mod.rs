@@ -293,6 +293,17 @@ fn memory_budget(opts: &Options) -> Option<u64> {
         return None;
     };
     let budget = limit.saturating_sub(admission::DAEMON_RESERVE_BYTES);
+    if budget == 0 {
+        tracing::warn!(
+            event = "memory",
+            limit,
+            "memory: limit {} MiB ({from}) leaves nothing for requests beside the daemon's own \
+             {} MiB: every request is answered code 11",
+            limit >> 20,
+            admission::DAEMON_RESERVE_BYTES >> 20
+        );
+        return Some(0);
+    }
     tracing::info!(
         event = "memory",
         limit,

@@ -842,9 +842,9 @@ impl Runtime {
         store.epoch_deadline_trap();
         store.call_hook(state::budget_hook);
         // What the host copies out of the plugin at once (an import's
-        // arguments, its answer) is bounded before it is copied: a 62 MB
-        // log line was copied whole, then cut to 4 KiB, and a list of
-        // strings that all point at one buffer copies it once per element.
+        // arguments, its answer) is bounded before it is copied: a log line
+        // is kept to 4 KiB whatever its length, and a list of strings that
+        // all point at one buffer would copy it once per element.
         let transfer = limits::transfer_bytes(limits.max_result_bytes);
         store.set_hostcall_fuel(transfer);
 
