@@ -92,8 +92,14 @@ pub enum Refused {
     Stopping,
     /// The request may use more than the daemon has for all calls.
     TooLarge { need: u64, budget: u64 },
-    /// No room came by the deadline.
-    Late { need: u64, held: u64, budget: u64 },
+    /// No room came by the deadline: `busy` requests in flight held
+    /// `held` bytes of the `budget` (None: not bounded by memory).
+    Late {
+        need: u64,
+        held: u64,
+        busy: usize,
+        budget: Option<u64>,
+    },
 }
 
 impl Slots {
@@ -142,7 +148,8 @@ impl Slots {
                 return Err(Refused::Late {
                     need,
                     held: held.bytes,
-                    budget: self.budget.unwrap_or(u64::MAX),
+                    busy: held.busy,
+                    budget: self.budget,
                 });
             }
             held = match self.freed.wait_timeout(held, left) {
@@ -294,7 +301,8 @@ mod tests {
             Some(Refused::Late {
                 need: 50,
                 held: 60,
-                budget: 100
+                busy: 1,
+                budget: Some(100)
             })
         );
         // Never fits: refused at once.

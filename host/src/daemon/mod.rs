@@ -670,18 +670,34 @@ fn handle(shared: &Shared, stream: UnixStream, mut peer: Peer, guard: ConnGuard,
             );
             return answer(&stream, e, cni_version.as_deref());
         }
-        Err(Refused::Late { need, held, budget }) => {
+        Err(Refused::Late {
+            need,
+            held,
+            busy,
+            budget,
+        }) => {
             shared.metrics.refused("late");
+            let full = match budget {
+                Some(b) if busy < shared.opts.max_concurrent => format!(
+                    "its plugins may use {} MiB, and the {busy} requests in flight hold {} of \
+                     the {} MiB it has for requests",
+                    need.div_ceil(1 << 20),
+                    held.div_ceil(1 << 20),
+                    b >> 20
+                ),
+                _ => format!("{busy} requests were in flight, --max-concurrent"),
+            };
+            let when = if start_by.is_some() {
+                "before its client would give up"
+            } else {
+                "within the daemon's wait for a slot"
+            };
             let e = CniError::new(
                 ErrorCode::TryAgainLater,
                 format!(
-                    "the wasm-cni daemon could not start the request within {} ms: its plugins \
-                     may use {} MiB, and the requests in flight hold {} of the {} MiB it has \
-                     (or --max-concurrent of them run)",
-                    started.elapsed().as_millis(),
-                    need.div_ceil(1 << 20),
-                    held.div_ceil(1 << 20),
-                    budget >> 20
+                    "the wasm-cni daemon could not start the request {when} (it waited {} ms \
+                     for a slot: {full})",
+                    started.elapsed().as_millis()
                 ),
             );
             return answer(&stream, e, cni_version.as_deref());
