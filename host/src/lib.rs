@@ -11,19 +11,19 @@
 
 pub mod chain;
 pub mod cli;
-pub mod cni;
 pub mod daemon;
 pub mod edge;
 pub mod error;
-pub mod filter;
-mod fsutil;
-pub mod image;
-pub mod log;
-pub mod net;
 #[cfg(feature = "fake")]
 pub mod plugin_test;
 pub mod sandbox;
-pub mod state;
-pub mod store;
-pub mod text;
 pub mod trace;
+
+// The layers below, under the names this crate has always used for them.
+use wasm_cni_base::fsutil;
+pub use wasm_cni_base::{log, text};
+pub use wasm_cni_image as image;
+pub use wasm_cni_kernel::{filter, net};
+pub use wasm_cni_protocol as cni;
+pub use wasm_cni_store as store;
+pub use wasm_cni_store::state;

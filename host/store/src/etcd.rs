@@ -48,7 +48,7 @@ use serde::Deserialize;
 use ipnet::IpNet;
 
 use super::{lock_failed, Entry, Scope, ScopeData, StateStore, StoreError, StoreResult, Txn, View};
-use crate::fsutil::{lock_gated, open_lock_file, Locked};
+use wasm_cni_base::fsutil::{lock_gated, open_lock_file, Locked};
 
 /// The `store` object of a wasm-cni config with `"type": "etcd"`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize)]

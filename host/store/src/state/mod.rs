@@ -8,7 +8,7 @@
 //! newer container on the same interface.
 
 mod disk;
-#[cfg(any(test, feature = "fake"))]
+#[cfg(any(test, feature = "memory"))]
 mod memory;
 
 use std::io;
@@ -17,7 +17,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 pub use disk::DiskRecords;
-#[cfg(any(test, feature = "fake"))]
+#[cfg(any(test, feature = "memory"))]
 pub use memory::MemoryRecords;
 
 pub const RECORD_KIND: &str = "wasmCniAttachmentV1";
@@ -121,7 +121,7 @@ mod links {
             .filter_map(|s| match s {
                 Stored::Link(l) => Some(l),
                 Stored::Name(n) => {
-                    crate::log::warn(format_args!(
+                    wasm_cni_base::log::warn(format_args!(
                         "attachment record lists link {n:?} without its identity: not trusted"
                     ));
                     None

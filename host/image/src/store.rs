@@ -20,7 +20,7 @@ use super::{
     parse_manifest, Descriptor, Digest, ImageError, ImageRef, WasmManifest, MANIFEST_MEDIA_TYPE,
     MAX_MANIFEST_BYTES,
 };
-use crate::fsutil::{lock_within, open_lock_file, write_atomic};
+use wasm_cni_base::fsutil::{lock_within, open_lock_file, write_atomic};
 
 /// The store's lock, beside the layout's own files. Not `.lock`, the name an
 /// older wasm-cni created readable by anyone: a descriptor someone opened

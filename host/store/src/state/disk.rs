@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use super::{AttachmentRecord, AttachmentRecords, Lock};
-use crate::fsutil::{in_dir, lock_gated, open_lock_file, write_atomic, Locked};
+use wasm_cni_base::fsutil::{in_dir, lock_gated, open_lock_file, write_atomic, Locked};
 
 pub struct DiskRecords {
     root: PathBuf,
@@ -156,7 +156,7 @@ impl AttachmentRecords for DiskRecords {
     }
 
     fn writable(&self, network: &str) -> io::Result<()> {
-        crate::fsutil::probe_writable(&self.dir(network))
+        wasm_cni_base::fsutil::probe_writable(&self.dir(network))
     }
 
     fn lock_all(&self) -> io::Result<Lock> {
@@ -188,7 +188,10 @@ impl AttachmentRecords for DiskRecords {
                 .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
             {
                 Ok(r) => out.push(r),
-                Err(e) => crate::log::warn(format_args!("skipping record {}: {e}", path.display())),
+                Err(e) => wasm_cni_base::log::warn(format_args!(
+                    "skipping record {}: {e}",
+                    path.display()
+                )),
             }
         }
         Ok(out)

@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::{file, lock_failed, Scope, ScopeData, StateStore, StoreResult, Txn};
-use crate::fsutil::{lock_gated, open_lock_file, random, write_exchange, Locked};
+use wasm_cni_base::fsutil::{lock_gated, open_lock_file, random, write_exchange, Locked};
 
 pub struct DiskStore {
     root: PathBuf,
@@ -292,7 +292,7 @@ fn read_scope(path: &Path, cache: Option<&ScopeCache>) -> StoreResult<ReadScope>
 
 impl StateStore for DiskStore {
     fn ready(&self, _deadline: Option<Instant>) -> StoreResult<()> {
-        Ok(crate::fsutil::probe_writable(&self.root)?)
+        Ok(wasm_cni_base::fsutil::probe_writable(&self.root)?)
     }
 
     fn begin_by(&self, scope: &Scope, deadline: Option<Instant>) -> StoreResult<Box<dyn Txn>> {
@@ -367,7 +367,7 @@ fn list(dir: &Path, pick: impl Fn(&str) -> Option<String>) -> io::Result<Vec<Str
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{Entry, Owner};
+    use crate::{Entry, Owner};
     use std::sync::{Arc, Barrier};
 
     fn root(tag: &str) -> PathBuf {
@@ -644,7 +644,7 @@ mod tests {
         fs::create_dir_all(r.join("n")).unwrap();
         fs::write(r.join("n/p.json"), b"{\"entries\":").unwrap();
         match store.begin(&scope).err() {
-            Some(crate::store::StoreError::Io(e)) => {
+            Some(crate::StoreError::Io(e)) => {
                 assert_eq!(e.kind(), io::ErrorKind::InvalidData)
             }
             other => panic!("a corrupt scope is not an I/O error: {other:?}"),

@@ -8,6 +8,7 @@
 //! the node's content-addressed [`store`]. The [`registry`] client that fills
 //! the store is used by `wasm-cni pull` and `push` only: a CNI verb reads the
 //! store and never contacts a registry.
+#![warn(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 pub mod auth;
 pub mod registry;

@@ -19,8 +19,8 @@ use std::time::UNIX_EPOCH;
 use serde::Serialize;
 
 use super::{valid_key, Entry, Owner, Scope, StateStore, StoreError, StoreResult};
-use crate::cni::env::valid_name;
-use crate::text::{shown, Shown};
+use wasm_cni_base::text::{shown, Shown};
+use wasm_cni_protocol::env::valid_name;
 
 /// The scope plugin the import writes to.
 pub const HOST_LOCAL: &str = "host-local";
@@ -424,8 +424,12 @@ fn lock_reference(dir: &Path) -> Result<Option<File>, ImportError> {
         .open(&path)
     {
         Ok(f) => {
-            crate::fsutil::lock_within(&f, "the reference host-local's lock", REFERENCE_LOCK_WAIT)
-                .map_err(|why| io_at(&path)(io::Error::other(why)))?;
+            wasm_cni_base::fsutil::lock_within(
+                &f,
+                "the reference host-local's lock",
+                REFERENCE_LOCK_WAIT,
+            )
+            .map_err(|why| io_at(&path)(io::Error::other(why)))?;
             Ok(Some(f))
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
@@ -567,7 +571,7 @@ fn import_network(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::DiskStore;
+    use crate::DiskStore;
 
     fn tmp(tag: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("wasm-cni-admin-{tag}-{}", std::process::id()));

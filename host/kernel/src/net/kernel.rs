@@ -623,7 +623,7 @@ impl Drop for GoBack<'_> {
         if move_into_link_name_space(self.0, Some(LinkNameSpaceType::Network)).is_err() {
             // Guest code would next run in another namespace than the one it
             // was given: stop here instead.
-            crate::log::error(format_args!(
+            wasm_cni_base::log::error(format_args!(
                 "cannot return to the host's network namespace: aborting"
             ));
             std::process::abort();

@@ -460,7 +460,7 @@ impl Drop for GateGuard {
 
 /// `N` random bytes from the kernel, never all zero (trace and span ids,
 /// a state scope's generation).
-pub(crate) fn random<const N: usize>() -> [u8; N] {
+pub fn random<const N: usize>() -> [u8; N] {
     let mut out = [0u8; N];
     loop {
         let mut filled = 0;

@@ -1,5 +1,6 @@
 //! The CNI wire protocol: environment, stdin config, results, versions and errors.
 //! Pure data handling; nothing here touches the kernel or runs plugins.
+#![warn(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 pub use wasm_cni_model::cidr;
 pub mod config;

@@ -7,13 +7,15 @@
 //! once, changed in memory, and written back only if the call returns `Ok`.
 //! A trap, a deadline or an error return leaves the stored state exactly as
 //! it was, which is what makes a half-done allocation impossible.
+#![warn(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 pub mod admin;
 mod disk;
 pub mod etcd;
 pub mod file;
-#[cfg(any(test, feature = "fake"))]
+#[cfg(any(test, feature = "memory"))]
 mod memory;
+pub mod state;
 
 use std::collections::BTreeMap;
 use std::io;
@@ -23,7 +25,7 @@ use serde::{Deserialize, Serialize};
 
 pub use disk::{DiskStore, ScopeCache};
 pub use etcd::{EtcdConfig, EtcdStore};
-#[cfg(any(test, feature = "fake"))]
+#[cfg(any(test, feature = "memory"))]
 pub use memory::MemoryStore;
 
 /// Who owns an entry: one attachment.

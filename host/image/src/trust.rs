@@ -110,7 +110,7 @@ fn read_owned(path: &Path, max: u64) -> Result<Vec<u8>, String> {
     let at = |e: std::io::Error| format!("{}: {e}", path.display());
     let file = std::fs::File::open(path).map_err(at)?;
     let meta = file.metadata().map_err(at)?;
-    crate::fsutil::owned_and_private(&meta, &path.display().to_string())?;
+    wasm_cni_base::fsutil::owned_and_private(&meta, &path.display().to_string())?;
     if meta.len() > max {
         return Err(format!("{}: larger than {max} bytes", path.display()));
     }
