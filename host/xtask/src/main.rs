@@ -5,6 +5,7 @@
 //! installs the Debian packages those builds need.
 
 mod image;
+mod layers;
 mod plugins;
 mod polyglot;
 mod scaffold;
@@ -71,6 +72,9 @@ enum Task {
     },
     /// Install the Debian packages guest builds need (idempotent).
     Setup,
+    /// Check the host's layering ([workspace.metadata.layers] in
+    /// Cargo.toml) against the manifests; `test` runs it first.
+    Layers,
     /// Build everything, then ADD, CHECK and DEL two containers on the
     /// bundled network (host/examples/podnet.conflist) in throwaway
     /// namespaces, printing each result and pinging between them.
@@ -184,6 +188,7 @@ fn main() -> ExitCode {
             workspace_root().and_then(|root| scaffold::run(root, &dir, name.as_deref()))
         }
         Task::Setup => setup::run(&[]),
+        Task::Layers => workspace_root().and_then(layers::run),
         Task::Test => workspace_root().and_then(tasks::test),
         Task::Demo => workspace_root().and_then(tasks::demo),
         Task::Fuzz { seconds, target } => workspace_root()

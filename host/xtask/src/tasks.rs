@@ -351,6 +351,7 @@ fn install_plugin_test(root: &Path, bin: &Path, build: &StaticBuild) -> Result<(
 pub fn test(root: &Path) -> Result<()> {
     setup::run(setup::TEST_PACKAGES)?;
     cargo(root, &["fmt", "--all", "--check"])?;
+    crate::layers::run(root)?;
     let build = StaticBuild::detect()?;
     let bin = build_host(root, &build)?;
     plugins::run(root, None, false, &[])?;
