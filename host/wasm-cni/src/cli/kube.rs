@@ -1,0 +1,398 @@
+//! The installer's one read of the Kubernetes API: this node's pod CIDRs
+//! (`spec.podCIDRs`), with the pod's service account, for a template's
+//! `${POD_CIDR}`. RBAC: `get` on `nodes`, nothing else.
+//!
+//! The reply is untrusted input to a root process: read under a size limit
+//! and a deadline, every CIDR parsed (a value never adds JSON structure to
+//! the conflist), no redirect followed, and the token sent over HTTPS only.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use hyper::header;
+use hyper::StatusCode;
+use ipnet::IpNet;
+use serde_json::Value;
+
+use wasm_cni_image::registry::{self, Url};
+
+const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+/// A Node object is a few kilobytes; more is not read.
+const MAX_REPLY: u64 = 1 << 20;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct KubeArgs {
+    /// Fill ${POD_CIDR} (the first of the node's spec.podCIDRs),
+    /// ${POD_CIDR_V4}, ${POD_CIDR_V6} and ${POD_CIDRS} (comma-separated)
+    /// from this Node, read from the Kubernetes API with the pod's service
+    /// account. In a DaemonSet: the downward API's spec.nodeName.
+    #[arg(long, value_name = "NODE")]
+    pub pod_cidr_from_node: Option<String>,
+    /// The API server [default: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT].
+    #[arg(long, value_name = "URL")]
+    pub api_server: Option<String>,
+    /// The bearer token [default: the service account's].
+    #[arg(long, value_name = "FILE")]
+    pub api_token_file: Option<PathBuf>,
+    /// The CA that signed the API server's certificate [default: the
+    /// service account's ca.crt].
+    #[arg(long, value_name = "FILE")]
+    pub api_ca_file: Option<PathBuf>,
+    /// How long to keep trying (a node's CIDR is assigned shortly after it
+    /// registers; an API server may be restarting). Each request has 5 s.
+    #[arg(long, value_name = "MS", default_value_t = 60_000)]
+    pub api_wait_ms: u64,
+    /// The shortest IPv4 prefix a Node's pod CIDR may have: a wider one is
+    /// refused (a pod CIDR is routed into the node's bridge).
+    #[arg(long, value_name = "LEN", default_value_t = PodCidrBounds::DEFAULT.v4)]
+    pub min_pod_cidr_prefix_v4: u8,
+    /// The shortest IPv6 prefix a Node's pod CIDR may have.
+    #[arg(long, value_name = "LEN", default_value_t = PodCidrBounds::DEFAULT.v6)]
+    pub min_pod_cidr_prefix_v6: u8,
+}
+
+/// How wide a pod CIDR an API object may give a node. The Node object is
+/// the API server's word, and whoever can write a Node's `spec.podCIDRs`
+/// is not thereby root on every node: `0.0.0.0/0` or `128.0.0.0/1` there
+/// once routed half of IPv4 into the pod bridge. The same rule applies to
+/// the CIDRs of other Nodes a node routes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PodCidrBounds {
+    pub v4: u8,
+    pub v6: u8,
+}
+
+impl PodCidrBounds {
+    /// A /16 of IPv4 (65 534 pods) and a /48 of IPv6 per node: wider than
+    /// any node is given (Kubernetes' default node masks are /24 and /64).
+    pub const DEFAULT: PodCidrBounds = PodCidrBounds { v4: 16, v6: 48 };
+
+    /// `net` is a pod CIDR a node may route to its pods: no wider than
+    /// the bound, and in no range that is not a node's to give out
+    /// (unspecified, loopback, link-local, multicast, reserved).
+    pub fn check(&self, net: &IpNet) -> Result<(), String> {
+        let (min, family) = match net {
+            IpNet::V4(_) => (self.v4, "IPv4"),
+            IpNet::V6(_) => (self.v6, "IPv6"),
+        };
+        if net.prefix_len() < min {
+            return Err(format!(
+                "{net} is wider than a /{min}, the widest {family} pod CIDR a node takes \
+                 (--min-pod-cidr-prefix-v4/-v6)"
+            ));
+        }
+        let special: &[&str] = match net {
+            IpNet::V4(_) => &[
+                "0.0.0.0/8",
+                "127.0.0.0/8",
+                "169.254.0.0/16",
+                "224.0.0.0/4",
+                "240.0.0.0/4",
+            ],
+            IpNet::V6(_) => &["::/8", "fe80::/10", "ff00::/8"],
+        };
+        for range in special {
+            let range: IpNet = range.parse().map_err(|_| "a bad range".to_string())?;
+            if range.contains(net) || net.contains(&range) {
+                return Err(format!("{net} is in {range}, not a range for pods"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The node's pod CIDRs, as placeholder values.
+pub fn pod_cidr_values(a: &KubeArgs, node: &str) -> Result<Vec<(String, String)>, String> {
+    let cidrs = pod_cidrs(a, node)?;
+    let mut out = vec![
+        ("POD_CIDR".to_string(), cidrs[0].to_string()),
+        (
+            "POD_CIDRS".to_string(),
+            cidrs
+                .iter()
+                .map(IpNet::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
+    ];
+    if let Some(v4) = cidrs.iter().find(|c| matches!(c, IpNet::V4(_))) {
+        out.push(("POD_CIDR_V4".into(), v4.to_string()));
+    }
+    if let Some(v6) = cidrs.iter().find(|c| matches!(c, IpNet::V6(_))) {
+        out.push(("POD_CIDR_V6".into(), v6.to_string()));
+    }
+    Ok(out)
+}
+
+fn api_url(a: &KubeArgs, node: &str) -> Result<Url, String> {
+    let base = match &a.api_server {
+        Some(s) => s.trim_end_matches('/').to_string(),
+        None => {
+            let host = std::env::var("KUBERNETES_SERVICE_HOST").map_err(|_| {
+                "--pod-cidr-from-node: no --api-server and no KUBERNETES_SERVICE_HOST \
+                 (not in a pod?)"
+                    .to_string()
+            })?;
+            let port =
+                std::env::var("KUBERNETES_SERVICE_PORT").unwrap_or_else(|_| "443".to_string());
+            if host.contains(':') {
+                format!("https://[{host}]:{port}")
+            } else {
+                format!("https://{host}:{port}")
+            }
+        }
+    };
+    // A node name is a DNS subdomain: nothing in it can change the path.
+    let valid = !node.is_empty()
+        && node.len() <= 253
+        && node
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
+    if !valid {
+        return Err(format!(
+            "--pod-cidr-from-node {node:?}: not a node name (lower-case letters, digits, '-' and '.')"
+        ));
+    }
+    let url = Url::parse(&format!("{base}/api/v1/nodes/{node}"))
+        .map_err(|e| format!("--api-server: {e}"))?;
+    if !url.https {
+        return Err(format!(
+            "--api-server {base}: not https (the service account's token goes only over TLS)"
+        ));
+    }
+    Ok(url)
+}
+
+fn pod_cidrs(a: &KubeArgs, node: &str) -> Result<Vec<IpNet>, String> {
+    let bounds = PodCidrBounds {
+        v4: a.min_pod_cidr_prefix_v4,
+        v6: a.min_pod_cidr_prefix_v6,
+    };
+    let cidrs = fetch_pod_cidrs(a, node)?;
+    for net in &cidrs {
+        bounds
+            .check(net)
+            .map_err(|why| format!("--pod-cidr-from-node {node}: spec.podCIDRs: {why}"))?;
+    }
+    Ok(cidrs)
+}
+
+fn fetch_pod_cidrs(a: &KubeArgs, node: &str) -> Result<Vec<IpNet>, String> {
+    let url = api_url(a, node)?;
+    let sa = Path::new(SA_DIR);
+    let token_file = a.api_token_file.clone().unwrap_or_else(|| sa.join("token"));
+    let ca_file = a.api_ca_file.clone().unwrap_or_else(|| sa.join("ca.crt"));
+    if let Err(e) = std::fs::metadata(&ca_file) {
+        return Err(format!("--api-ca-file {}: {e}", ca_file.display()));
+    }
+    let deadline = Instant::now() + Duration::from_millis(a.api_wait_ms);
+    let mut pause = Duration::from_millis(250);
+    loop {
+        // Read each time: the kubelet rotates projected tokens.
+        let token = std::fs::read_to_string(&token_file)
+            .map_err(|e| format!("--api-token-file {}: {e}", token_file.display()))?;
+        let token = token.trim();
+        if token.is_empty() || header::HeaderValue::from_str(token).is_err() {
+            return Err(format!(
+                "--api-token-file {}: not a token",
+                token_file.display()
+            ));
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        let attempt = registry::get_once(
+            &url,
+            Some(&ca_file),
+            &[
+                (header::AUTHORIZATION, format!("Bearer {token}")),
+                (header::ACCEPT, "application/json".into()),
+            ],
+            MAX_REPLY,
+            left.clamp(Duration::from_millis(100), Duration::from_secs(5)),
+        );
+        let why = match attempt {
+            Ok(reply) if reply.status == StatusCode::OK => match parse_node(&reply.body) {
+                Ok(Some(cidrs)) => return Ok(cidrs),
+                Ok(None) => format!("node {node:?} has no spec.podCIDRs yet"),
+                Err(e) => return Err(format!("{}: {e}", url.origin())),
+            },
+            Ok(reply) => {
+                let said = status_message(&reply.body);
+                let final_ = match reply.status {
+                    StatusCode::UNAUTHORIZED => Some(format!(
+                        "the API server refused the service account's token (401){said}"
+                    )),
+                    StatusCode::FORBIDDEN => Some(format!(
+                        "the service account may not read node {node:?} (403; RBAC needs \
+                         get on nodes){said}"
+                    )),
+                    StatusCode::NOT_FOUND => Some(format!("no node {node:?} (404){said}")),
+                    _ => None,
+                };
+                if let Some(e) = final_ {
+                    return Err(format!("{}: {e}", url.origin()));
+                }
+                format!("{}: {}{said}", url.origin(), reply.status)
+            }
+            // Only an API server that cannot be reached or is slow may get
+            // better by waiting (restarting, a leader change); a TLS refusal,
+            // a bad CA file or a reply over the limit will not.
+            Err(e) if e.contains("connecting:") || e.contains("no complete reply within") => e,
+            Err(e) => return Err(e),
+        };
+        let now = Instant::now();
+        if now + pause > deadline {
+            return Err(format!(
+                "--pod-cidr-from-node {node}: gave up after {} ms: {why}",
+                a.api_wait_ms
+            ));
+        }
+        // `why` may quote the API server's reply.
+        eprintln!(
+            "wasm-cni: {}; trying again",
+            wasm_cni_base::text::Shown(&why)
+        );
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// A Node's pod CIDRs: `spec.podCIDRs`, else `spec.podCIDR`; None when it
+/// has none yet. Anything but a list of CIDRs is an error.
+fn parse_node(body: &[u8]) -> Result<Option<Vec<IpNet>>, String> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| format!("not a Node: {e}"))?;
+    if v.get("kind").and_then(Value::as_str) != Some("Node") {
+        return Err("the reply is not a Node".into());
+    }
+    let spec = v.get("spec");
+    let list: Vec<&Value> = match spec.and_then(|s| s.get("podCIDRs")) {
+        Some(Value::Array(a)) => a.iter().collect(),
+        Some(Value::Null) | None => spec.and_then(|s| s.get("podCIDR")).into_iter().collect(),
+        Some(_) => return Err("spec.podCIDRs is not a list".into()),
+    };
+    // Kubernetes allows one per family.
+    if list.len() > 2 {
+        return Err(format!(
+            "spec.podCIDRs has {} entries, at most 2",
+            list.len()
+        ));
+    }
+    let mut out = Vec::new();
+    for c in list {
+        let s = c.as_str().ok_or("spec.podCIDRs holds a non-string")?;
+        let net: IpNet = s
+            .parse()
+            .map_err(|_| format!("spec.podCIDRs: {s:?} is not a CIDR"))?;
+        if net != net.trunc() {
+            return Err(format!("spec.podCIDRs: {s:?} has host bits set"));
+        }
+        out.push(net);
+    }
+    Ok((!out.is_empty()).then_some(out))
+}
+
+/// A Status reply's message, as ": <message>" (bounded), or nothing.
+fn status_message(body: &[u8]) -> String {
+    serde_json::from_slice::<Value>(body)
+        .ok()
+        .and_then(|v| v.get("message").and_then(Value::as_str).map(str::to_string))
+        .map(|m| {
+            let m: String = m.chars().filter(|c| !c.is_control()).take(300).collect();
+            format!(": {m}")
+        })
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_reply_yields_its_cidrs_or_a_reason() {
+        let node = |spec: &str| format!(r#"{{"kind":"Node","spec":{spec}}}"#).into_bytes();
+        assert_eq!(
+            parse_node(&node(
+                r#"{"podCIDR":"10.1.0.0/24","podCIDRs":["10.1.0.0/24","fd00::/64"]}"#
+            ))
+            .unwrap()
+            .unwrap()
+            .len(),
+            2
+        );
+        assert_eq!(
+            parse_node(&node(r#"{"podCIDR":"10.1.0.0/24"}"#)).unwrap(),
+            Some(vec!["10.1.0.0/24".parse().unwrap()])
+        );
+        assert_eq!(parse_node(&node("{}")).unwrap(), None);
+        assert_eq!(parse_node(&node(r#"{"podCIDRs":[]}"#)).unwrap(), None);
+        for bad in [
+            r#"{"podCIDRs":"10.1.0.0/24"}"#,
+            r#"{"podCIDRs":[1]}"#,
+            r#"{"podCIDRs":["10.1.0.0/33"]}"#,
+            r#"{"podCIDRs":["10.1.0.1/24"]}"#,
+            r#"{"podCIDRs":["10.1.0.0/24\",\"x\":\""]}"#,
+            r#"{"podCIDRs":["10.1.0.0/24","10.2.0.0/24","10.3.0.0/24"]}"#,
+        ] {
+            assert!(parse_node(&node(bad)).is_err(), "{bad}");
+        }
+        assert!(parse_node(br#"{"kind":"Pod"}"#).is_err());
+        assert!(parse_node(b"<html>").is_err());
+    }
+
+    #[test]
+    fn a_pod_cidr_is_no_wider_than_its_bound_and_in_no_special_range() {
+        let b = PodCidrBounds::DEFAULT;
+        for ok in [
+            "10.244.3.0/24",
+            "10.0.0.0/16",
+            "fd00:10:244:3::/64",
+            "2001:db8::/48",
+        ] {
+            assert_eq!(b.check(&ok.parse().unwrap()), Ok(()), "{ok}");
+        }
+        for (bad, why) in [
+            ("0.0.0.0/0", "wider than a /16"),
+            ("128.0.0.0/1", "wider than a /16"),
+            ("10.0.0.0/8", "wider than a /16"),
+            ("::/0", "wider than a /48"),
+            ("fd00::/32", "wider than a /48"),
+            ("127.0.0.0/24", "in 127.0.0.0/8"),
+            ("169.254.1.0/24", "in 169.254.0.0/16"),
+            ("224.1.0.0/24", "in 224.0.0.0/4"),
+            ("0.0.0.0/24", "in 0.0.0.0/8"),
+            ("fe80::/64", "in fe80::/10"),
+            ("ff02::/64", "in ff00::/8"),
+            ("::ffff:10.0.0.0/120", "in ::/8"),
+        ] {
+            let e = b.check(&bad.parse().unwrap()).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+        let wide = PodCidrBounds { v4: 8, v6: 32 };
+        assert_eq!(wide.check(&"10.0.0.0/8".parse().unwrap()), Ok(()));
+        assert!(wide.check(&"0.0.0.0/0".parse().unwrap()).is_err());
+    }
+
+    #[test]
+    fn only_a_node_name_and_https_make_a_url() {
+        let a = KubeArgs {
+            pod_cidr_from_node: None,
+            api_server: Some("https://127.0.0.1:6443/".into()),
+            api_token_file: None,
+            api_ca_file: None,
+            api_wait_ms: 0,
+            min_pod_cidr_prefix_v4: 16,
+            min_pod_cidr_prefix_v6: 48,
+        };
+        assert_eq!(
+            api_url(&a, "node-1.x").unwrap().target,
+            "/api/v1/nodes/node-1.x"
+        );
+        for bad in ["", "../../secrets", "a/b", "a?b", "A", "n%2e"] {
+            assert!(api_url(&a, bad).is_err(), "{bad}");
+        }
+        let plain = KubeArgs {
+            api_server: Some("http://127.0.0.1:8080".into()),
+            ..a
+        };
+        assert!(api_url(&plain, "n").unwrap_err().contains("not https"));
+    }
+}
