@@ -29,8 +29,8 @@ fn built(name: &str) -> PathBuf {
     p
 }
 
-/// The limits an interpreter's component needs (README, "Plugins in
-/// Python and JavaScript"): CPython's is 18.5 MB, over the default 16 MiB
+/// The limits an interpreter's component needs (guest-plugins/docs/
+/// python-and-javascript.md): CPython's is 18.5 MB, over the default 16 MiB
 /// cap on a component's size, and compiling either takes 14–17 s of CPU
 /// here, over the default 10 s (once: the artifact is cached). Memory stays
 /// at the default 64 MiB; the examples need 13 and 11 MB.

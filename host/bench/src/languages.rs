@@ -22,8 +22,7 @@ pub const LANGS: [(&str, &str); 3] = [
     ("JavaScript", "routes-js"),
 ];
 
-/// What an interpreter's component needs beyond the defaults (README,
-/// "Plugins in Python and JavaScript"): CPython's component is over the
+/// What an interpreter's component needs beyond the defaults (guest-plugins/docs/python-and-javascript.md): CPython's component is over the
 /// default 16 MiB size cap, and compiling either takes longer than the
 /// default 10 s of CPU and more than 512 MiB. The Rust one gets the same,
 /// which it does not use.

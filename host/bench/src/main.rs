@@ -1628,8 +1628,8 @@ impl Report {
                 "\n## 12. What a plugin's language costs\n\n\
                  The worked example, a meta plugin adding the routes its config lists, in Rust \
                  (`cargo xtask new-plugin`), Python (componentize-py) and JavaScript \
-                 (componentize-js); the last two with the limits they need (README, \"Plugins in \
-                 Python and JavaScript\"). In-process through the `wasm_cni` library: compile and \
+                 (componentize-js); the last two with the limits they need (`guest-plugins/docs/\
+                 python-and-javascript.md`). In-process through the `wasm_cni` library: compile and \
                  pre-link with an empty cache, and the load of the cached artifact by a fresh \
                  runtime. Median (p25–p75).\n\n\
                  | | component, MB | cold compile, ms | warm load, ms |\n|---|---|---|---|"

@@ -121,7 +121,7 @@ enum Cmd {
     Probe(ProbeArgs),
     /// Serve CNI requests on a unix socket, with the engine and components
     /// kept warm, for networks whose config sets "daemon": "prefer" or
-    /// "require" (see the README). Stops on SIGTERM or SIGINT once the
+    /// "require" (host/docs/operate/daemon.md). Stops on SIGTERM or SIGINT once the
     /// requests in flight are done.
     Daemon(DaemonArgs),
     /// Fetch a plugin image (a wasm component artifact) into the image store,
@@ -248,7 +248,7 @@ struct DaemonArgs {
     /// OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT; OTEL_SDK_DISABLED=true turns it off.
     #[arg(long, value_name = "URL")]
     otlp_endpoint: Option<wasm_cni_engine::trace::Endpoint>,
-    /// The node's trust policy for images (README "Signed plugins")
+    /// The node's trust policy for images (host/docs/operate/oci-plugins.md)
     /// [default: WASM_CNI_TRUST_POLICY, else /etc/wasm-cni/policy.json if there].
     #[arg(long, value_name = "FILE")]
     trust_policy: Option<PathBuf>,

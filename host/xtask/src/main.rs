@@ -61,8 +61,8 @@ enum Task {
         #[arg(long, value_name = "DIR")]
         out: Option<PathBuf>,
     },
-    /// Start a plugin crate outside this repository: the README's worked
-    /// example (a meta plugin adding routes) on this checkout's SDK, with a
+    /// Start a plugin crate outside this repository: the worked
+    /// example of guest-plugins/docs/writing.md (a meta plugin adding routes) on this checkout's SDK, with a
     /// config and a prevResult for `wasm-cni plugin test`.
     NewPlugin {
         dir: PathBuf,

@@ -1,6 +1,6 @@
 //! `cargo xtask new-plugin DIR`: a plugin crate outside this repository,
 //! depending on this checkout's SDK (and through it the WIT) by path: the
-//! worked example of the README (a meta plugin adding routes), a config
+//! worked example of guest-plugins/docs/writing.md (a meta plugin adding routes), a config
 //! and a prevResult for `wasm-cni plugin test`. Build it with `cargo xtask
 //! plugins --crate DIR`.
 

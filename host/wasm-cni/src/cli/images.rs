@@ -78,7 +78,7 @@ pub(super) struct PullArgs {
     #[arg(long)]
     cache_dir: Option<PathBuf>,
     /// The node's trust policy: the image must pass it before anything of
-    /// it is stored (README "Signed plugins") [default:
+    /// it is stored (host/docs/operate/oci-plugins.md) [default:
     /// WASM_CNI_TRUST_POLICY, else /etc/wasm-cni/policy.json if there].
     #[arg(long, value_name = "FILE")]
     trust_policy: Option<PathBuf>,
