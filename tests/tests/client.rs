@@ -254,8 +254,8 @@ fn what_nodes_run_carries_no_fake_model_or_fuzz_harness() {
 /// network, so what its start costs is paid per call. It is a static PIE
 /// (no loader to find on the node, its code still at random addresses) and
 /// carries none of glibc's start-up probe of the CPU's caches, whose `cpuid`
-/// instructions each trap to the hypervisor on a VM (findings, issue 21
-/// fifth part). The engine, still linked with glibc, is the control: the
+/// instructions each trap to the hypervisor on a VM (measured in
+/// host/bench/results/findings.md). The engine, still linked with glibc, is the control: the
 /// probe's names are what the listing would show.
 #[test]
 fn the_client_starts_without_a_loader_or_glibcs_cpu_probe() {

@@ -695,7 +695,8 @@ fn a_socket_systemd_passes_is_served() {
 /// whose netns directory is not mounted shared) serves network namespaces
 /// created after it started: the client passes the namespace as a
 /// descriptor, opened with the client's credentials, and the daemon never
-/// opens a netns path (issue 20). In a pid namespace of its own too, as in
+/// opens a netns path (a path is resolved in the opener's mount namespace
+/// with the opener's rights, which are the daemon's). In a pid namespace of its own too, as in
 /// a pod: the kernel then gives it pid 0 for every peer (which once made
 /// it refuse them all, found by the DaemonSet test).
 #[test]

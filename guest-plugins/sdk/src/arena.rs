@@ -7,7 +7,7 @@
 //! and asks for more with `memory.grow`; for the host that is a change of
 //! page protections on the way up, and another when the reset instance
 //! shrinks back, each a TLB shootdown across the host's threads
-//! (host/bench/results/findings.md, issue 21 fourteenth part). A region in
+//! (host/bench/results/findings.md, measured there). A region in
 //! `.bss` is part of the module's initial memory, zero and unmapped until
 //! touched, so a call that fits in it never grows memory at all. Nothing in
 //! it is reused but the newest block (a growing vector, a temporary), which

@@ -852,7 +852,7 @@ fn read_request(
 /// `BufReader`'s reading over a buffer on the request thread's stack. As a
 /// heap buffer it was a request's first large allocation, at which glibc
 /// consolidates the small blocks the last request freed: 3 % of a request
-/// thread's time under 16 IPAM clients (findings, eighteenth part).
+/// thread's time under 16 IPAM clients (measured in host/bench/results/findings.md).
 struct StackBuffered<R> {
     inner: R,
     buf: [u8; REQUEST_BUFFER],

@@ -112,7 +112,7 @@ impl StaticBuild {
 }
 
 /// Build the static binaries of the workspace and copy the host's to
-/// `target/bin/`, the one place the README, the tests, the demo and the
+/// `target/bin/`, the one place the docs, the tests, the demo and the
 /// bench run them from.
 fn build_host(root: &Path, build: &StaticBuild) -> Result<PathBuf> {
     // Binaries only: the fixtures are cdylib-only crates, which a static
@@ -174,7 +174,7 @@ fn install_engine(root: &Path, bin: &Path, build: &StaticBuild) -> Result<()> {
 /// `cpuid`, a dozen rounds of leaves 2 and 4, and under a hypervisor every
 /// `cpuid` is a trap to it: measured on a cloud VM, 8.5 µs each and 0.5 ms
 /// of CPU per process start, nearly all the client cost a call. musl does
-/// no such probe (host/bench/results/findings.md, issue 21 fifth part).
+/// no such probe (measured in host/bench/results/findings.md).
 fn install_small(root: &Path, bin: &Path, build: &StaticBuild) -> Result<()> {
     const PROGRAMS: [&str; 2] = ["wasm-cni-client", "wasm-cni-floor"];
     let started = Instant::now();
@@ -373,7 +373,7 @@ pub fn test(root: &Path) -> Result<()> {
     // build's; without its flags, which only matter to linking (and with
     // them rustc warns about every cdylib it cannot link statically).
     cargo_env(root, &args, &[])?;
-    // The tests run the static binary the README installs.
+    // The tests run the static binary the docs install.
     let under_test = ("WASM_CNI_BIN", bin.join("wasm-cni"));
     let under_test = (under_test.0, under_test.1.to_string_lossy().into_owned());
     // The out-of-tree plugin test drives this xtask (new-plugin, plugins
