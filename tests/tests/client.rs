@@ -214,17 +214,17 @@ fn what_nodes_run_carries_no_fake_model_or_fuzz_harness() {
         // The kernel and filter models live in the model crate.
         "wasm_cni_model::net::memory::",
         "wasm_cni_model::filter::memory::",
-        "wasm_cni::store::memory::",
-        "wasm_cni::state::memory::",
-        "wasm_cni::sandbox::harness::",
-        "wasm_cni::plugin_test::",
+        "wasm_cni_store::memory::",
+        "wasm_cni_store::state::memory::",
+        "wasm_cni_engine::sandbox::harness::",
+        "wasm_cni_testing::",
     ];
     let node = symbols(&engine);
     // A control: these are the names the compiler gives, and the listing
     // has them (a stripped binary without its debug file would pass
     // anything).
     assert!(
-        node.contains("wasm_cni::edge::"),
+        node.contains("wasm_cni_engine::edge::"),
         "no symbols for {}",
         engine.display()
     );
@@ -240,7 +240,7 @@ fn what_nodes_run_carries_no_fake_model_or_fuzz_harness() {
     );
     let dev = symbols(&dev);
     assert!(dev.contains("wasm_cni_model::net::memory::"));
-    assert!(dev.contains("wasm_cni::plugin_test::"));
+    assert!(dev.contains("wasm_cni_testing::"));
     let client = engine.with_file_name("wasm-cni-client");
     let c = symbols(&client);
     assert!(
@@ -255,8 +255,8 @@ fn what_nodes_run_carries_no_fake_model_or_fuzz_harness() {
 /// (no loader to find on the node, its code still at random addresses) and
 /// carries none of glibc's start-up probe of the CPU's caches, whose `cpuid`
 /// instructions each trap to the hypervisor on a VM (measured in
-/// host/bench/results/findings.md). The engine, still linked with glibc, is the control: the
-/// probe's names are what the listing would show.
+/// host/bench/results/findings.md). The engine, still linked with glibc,
+/// is the control: the probe's names are what the listing would show.
 #[test]
 fn the_client_starts_without_a_loader_or_glibcs_cpu_probe() {
     let engine = wasm_cni_bin();
