@@ -560,6 +560,7 @@ const MAX_ADMISSION_WAIT: Duration = Duration::from_secs(60);
 /// its prevResult); a larger part is read straight into its own buffer.
 const REQUEST_BUFFER: usize = 8 << 10;
 
+/// One connection, one request: read it, admit it, run it, answer it.
 fn handle(shared: &Shared, stream: UnixStream, mut peer: Peer, guard: ConnGuard, ready: &Ready) {
     let started = Instant::now();
     let cpu_started = thread_cpu();
@@ -567,25 +568,79 @@ fn handle(shared: &Shared, stream: UnixStream, mut peer: Peer, guard: ConnGuard,
     if stream.set_nonblocking(false).is_err() {
         return;
     }
+    let Some(request) = receive(shared, &stream, &mut peer, &guard, started) else {
+        return;
+    };
+    let head = Head::read(request.env, &request.stdin, request.wait_ms, started);
+    let admit_by = head.start_by.unwrap_or(started + MAX_ADMISSION_WAIT);
+    let _slot = match shared.slots.take(head.need, admit_by, &shared.stopping) {
+        Ok(slot) => slot,
+        Err(refused) => {
+            let e = slot_refused(shared, &head, refused, started);
+            return answer(&stream, e, head.cni_version.as_deref());
+        }
+    };
+    let turn = head.attachment().map(|k| shared.turns.enter(k));
+    if head.verb == "GC" {
+        shared.turns.settle(&head.network);
+    }
+    match still_wanted(shared, &stream, &head, started) {
+        Ok(()) => {}
+        Err(Some(e)) => return answer(&stream, e, head.cni_version.as_deref()),
+        Err(None) => return,
+    }
+    let serving = shared.metrics.serving();
+    let (out, logged) = log::capture(head.level, || {
+        edge::run_for(
+            &shared.host,
+            head.vars.clone(),
+            &mut request.stdin.as_slice(),
+            Some(&peer),
+        )
+    });
+    drop(serving);
+    let ran = Ran {
+        out,
+        logged,
+        took: started.elapsed(),
+        cpu: thread_cpu().saturating_sub(cpu_started),
+        ended: std::time::SystemTime::now(),
+    };
+    deliver(shared, &stream, ready, &head, ran, &request.stdin, &peer);
+    drop(turn);
+}
+
+/// Read the request and the namespace descriptor it announces, under the
+/// read deadline; a request that cannot be read is refused here and counted
+/// by why.
+fn receive(
+    shared: &Shared,
+    stream: &UnixStream,
+    peer: &mut Peer,
+    guard: &ConnGuard,
+    started: Instant,
+) -> Option<Request> {
     let uid = peer.uid;
-    let (read, fds) = read_request(&stream, started + shared.opts.read_timeout);
+    let (read, fds) = read_request(stream, started + shared.opts.read_timeout);
     shared.conns.read_done(guard.id);
     let request = match read {
         Ok(r) => r,
         Err(_) if shared.stopping.load(Ordering::SeqCst) => {
-            return refuse(
+            refuse(
                 shared,
-                &stream,
+                stream,
                 "stopping",
                 format!("uid {uid}: the daemon is stopping"),
             );
+            return None;
         }
         Err(e) if e.is_timeout() => {
             let ms = shared.opts.read_timeout.as_millis();
             let detail = format!(
                 "the request took too long: uid {uid} sent no whole request within {ms} ms"
             );
-            return refuse(shared, &stream, "timeout", detail);
+            refuse(shared, stream, "timeout", detail);
+            return None;
         }
         Err(e) => {
             let reason = match &e {
@@ -593,72 +648,117 @@ fn handle(shared: &Shared, stream: UnixStream, mut peer: Peer, guard: ConnGuard,
                 WireError::Io(_) => "truncated",
                 _ => "malformed",
             };
-            return refuse(
+            refuse(
                 shared,
-                &stream,
+                stream,
                 reason,
                 format!("bad request from uid {uid}: {e}"),
             );
+            return None;
         }
     };
-    peer.netns = match announced_descriptor(&request, fds) {
-        Ok(fd) => fd,
+    match announced_descriptor(&request, fds) {
+        Ok(fd) => peer.netns = fd,
         Err(why) => {
-            return refuse(
+            refuse(
                 shared,
-                &stream,
+                stream,
                 "malformed",
                 format!("bad request from uid {uid}: {why}"),
-            )
+            );
+            return None;
         }
-    };
-    let vars: Vec<(String, String)> = request
-        .env
-        .into_iter()
-        .filter(|(k, _)| wire::forwarded(k))
-        .collect();
-    let var = |k: &str| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
-    let verb = var("CNI_COMMAND").unwrap_or_default().to_string();
-    let level = var("WASM_CNI_LOG")
-        .and_then(Level::parse)
-        .unwrap_or(log::DEFAULT_LEVEL);
-    // What the daemon itself reads of the config, parsed once here; the
-    // chain parses it again as a per-invocation call would.
-    let conf = serde_json::from_slice::<Value>(&request.stdin).unwrap_or_default();
-    let cni_version = conf
-        .get("cniVersion")
-        .and_then(Value::as_str)
-        .map(str::to_string);
-    let network = conf
-        .get("name")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
-    // Past this instant the client would give up before the chain could
-    // finish: such a request is not started.
-    let start_by = request.wait_ms.map(|w| {
-        let budget = client::budget_of(&conf);
-        started + Duration::from_millis(u64::from(w)).saturating_sub(budget)
-    });
-    let need = admission::request_bytes(&conf);
-    drop(conf);
-    let stopping = || {
-        let code = match verb.as_str() {
+    }
+    Some(request)
+}
+
+/// What the daemon itself reads of a request, before and around running it.
+/// The chain parses the config again, as a per-invocation call would.
+struct Head {
+    /// The environment as forwarded (what a runtime may set for CNI).
+    vars: Vec<(String, String)>,
+    verb: String,
+    level: Level,
+    cni_version: Option<String>,
+    network: String,
+    /// Past this instant the client would give up before the chain could
+    /// finish: such a request is not started.
+    start_by: Option<Instant>,
+    /// What its plugins may use at once, for admission.
+    need: u64,
+}
+
+impl Head {
+    fn read(
+        env: Vec<(String, String)>,
+        stdin: &[u8],
+        wait_ms: Option<u32>,
+        started: Instant,
+    ) -> Head {
+        let vars: Vec<(String, String)> = env
+            .into_iter()
+            .filter(|(k, _)| wire::forwarded(k))
+            .collect();
+        let var = |k: &str| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        let verb = var("CNI_COMMAND").unwrap_or_default().to_string();
+        let level = var("WASM_CNI_LOG")
+            .and_then(Level::parse)
+            .unwrap_or(log::DEFAULT_LEVEL);
+        let conf = serde_json::from_slice::<Value>(stdin).unwrap_or_default();
+        let text = |k: &str| conf.get(k).and_then(Value::as_str).map(str::to_string);
+        let start_by = wait_ms.map(|w| {
+            let budget = client::budget_of(&conf);
+            started + Duration::from_millis(u64::from(w)).saturating_sub(budget)
+        });
+        Head {
+            verb,
+            level,
+            cni_version: text("cniVersion"),
+            network: text("name").unwrap_or_default(),
+            start_by,
+            need: admission::request_bytes(&conf),
+            vars,
+        }
+    }
+
+    fn var(&self, k: &str) -> Option<&str> {
+        self.vars
+            .iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The attachment whose requests run one at a time, in arrival order.
+    fn attachment(&self) -> Option<(String, String, String)> {
+        match self.verb.as_str() {
+            "ADD" | "DEL" | "CHECK" => Some((
+                self.network.clone(),
+                self.var("CNI_CONTAINERID").unwrap_or_default().to_string(),
+                self.var("CNI_IFNAME").unwrap_or_default().to_string(),
+            )),
+            _ => None,
+        }
+    }
+
+    fn stopping(&self) -> CniError {
+        let code = match self.verb.as_str() {
             "STATUS" => ErrorCode::StatusUnavailable,
             _ => ErrorCode::TryAgainLater,
         };
         CniError::new(code, "the wasm-cni daemon is shutting down")
-    };
-    let admit_by = start_by.unwrap_or(started + MAX_ADMISSION_WAIT);
-    let _slot = match shared.slots.take(need, admit_by, &shared.stopping) {
-        Ok(slot) => slot,
-        Err(Refused::Stopping) => {
+    }
+}
+
+/// The answer to a request that got no slot, counted by why.
+fn slot_refused(shared: &Shared, head: &Head, refused: Refused, started: Instant) -> CniError {
+    match refused {
+        Refused::Stopping => {
             shared.metrics.refused("stopping");
-            return answer(&stream, stopping(), cni_version.as_deref());
+            head.stopping()
         }
-        Err(Refused::TooLarge { need, budget }) => {
+        Refused::TooLarge { need, budget } => {
             shared.metrics.refused("memory");
-            let e = CniError::new(
+            CniError::new(
                 ErrorCode::TryAgainLater,
                 format!(
                     "the wasm-cni daemon cannot run this request: its plugins may use {} MiB \
@@ -668,15 +768,14 @@ fn handle(shared: &Shared, stream: UnixStream, mut peer: Peer, guard: ConnGuard,
                     need.div_ceil(1 << 20),
                     budget >> 20
                 ),
-            );
-            return answer(&stream, e, cni_version.as_deref());
+            )
         }
-        Err(Refused::Late {
+        Refused::Late {
             need,
             held,
             busy,
             budget,
-        }) => {
+        } => {
             shared.metrics.refused("late");
             let full = match budget {
                 Some(b) if busy < shared.opts.max_concurrent => format!(
@@ -688,84 +787,96 @@ fn handle(shared: &Shared, stream: UnixStream, mut peer: Peer, guard: ConnGuard,
                 ),
                 _ => format!("{busy} requests were in flight, --max-concurrent"),
             };
-            let when = if start_by.is_some() {
+            let when = if head.start_by.is_some() {
                 "before its client would give up"
             } else {
                 "within the daemon's wait for a slot"
             };
-            let e = CniError::new(
+            CniError::new(
                 ErrorCode::TryAgainLater,
                 format!(
                     "the wasm-cni daemon could not start the request {when} (it waited {} ms \
                      for a slot: {full})",
                     started.elapsed().as_millis()
                 ),
-            );
-            return answer(&stream, e, cni_version.as_deref());
+            )
         }
-    };
-    let key = match verb.as_str() {
-        "ADD" | "DEL" | "CHECK" => Some((
-            network.clone(),
-            var("CNI_CONTAINERID").unwrap_or_default().to_string(),
-            var("CNI_IFNAME").unwrap_or_default().to_string(),
-        )),
-        _ => None,
-    };
-    let turn = key.map(|k| shared.turns.enter(k));
-    if verb == "GC" {
-        shared.turns.settle(&network);
     }
-    // What waited for a slot or its turn may have been given up on.
-    if client_gone(&stream) {
+}
+
+/// Whether a request that waited for a slot or its turn should still start:
+/// `Err(Some)` to answer with, `Err(None)` when nobody is left to answer.
+fn still_wanted(
+    shared: &Shared,
+    stream: &UnixStream,
+    head: &Head,
+    started: Instant,
+) -> Result<(), Option<CniError>> {
+    if client_gone(stream) {
         shared.metrics.refused("abandoned");
         tracing::warn!(
             event = "abandoned",
-            verb = verb.as_str(),
-            container_id = var("CNI_CONTAINERID").unwrap_or_default(),
+            verb = head.verb.as_str(),
+            container_id = head.var("CNI_CONTAINERID").unwrap_or_default(),
             "not started: the client went away while the request waited"
         );
-        return;
+        return Err(None);
     }
-    if start_by.is_some_and(|t| Instant::now() > t) {
+    if head.start_by.is_some_and(|t| Instant::now() > t) {
         shared.metrics.refused("late");
-        let e = CniError::new(
+        return Err(Some(CniError::new(
             ErrorCode::TryAgainLater,
             format!(
                 "the wasm-cni daemon could not start the request before its client would give up (it waited {} ms for a slot or for another request on the same attachment)",
                 started.elapsed().as_millis()
             ),
-        );
-        return answer(&stream, e, cni_version.as_deref());
+        )));
     }
     if shared.stopping.load(Ordering::SeqCst) {
         shared.metrics.refused("stopping");
-        return answer(&stream, stopping(), cni_version.as_deref());
+        return Err(Some(head.stopping()));
     }
-    let serving = shared.metrics.serving();
-    let (out, logged) = log::capture(level, || {
-        edge::run_for(
-            &shared.host,
-            vars.clone(),
-            &mut request.stdin.as_slice(),
-            Some(&peer),
-        )
-    });
-    drop(serving);
+    Ok(())
+}
+
+/// A request the chain ran: its outcome, what it logged, what it cost.
+struct Ran {
+    out: Outcome,
+    logged: String,
+    took: Duration,
+    cpu: Duration,
+    ended: std::time::SystemTime,
+}
+
+/// Count, log and send the answer, then trace it; an ADD whose answer could
+/// not be delivered is undone, still in its attachment's turn.
+fn deliver(
+    shared: &Shared,
+    stream: &UnixStream,
+    ready: &Ready,
+    head: &Head,
+    ran: Ran,
+    stdin: &[u8],
+    peer: &Peer,
+) {
+    let Ran {
+        out,
+        logged,
+        took,
+        cpu,
+        ended,
+    } = ran;
     // The trace is built once the answer is out (the caller does not wait
     // for it); what it needs of the answer is taken now.
-    let ended = std::time::SystemTime::now();
     let traced_error = shared
         .traces
         .as_ref()
         .and_then(|_| wasm_cni_engine::trace::error_of(out.exit_code, &out.stdout));
     // Counted and logged before the answer goes out: a client holding its
     // answer (or a test, or an operator's script) finds both already there.
-    let took = started.elapsed();
-    let cpu = thread_cpu().saturating_sub(cpu_started);
     shared.metrics.observe(&out.report, took);
     request_log(&out, took, cpu);
-    let sent = if client_gone(&stream) {
+    let sent = if client_gone(stream) {
         Err(io::Error::new(
             io::ErrorKind::BrokenPipe,
             "the client went away",
@@ -777,12 +888,12 @@ fn handle(shared: &Shared, stream: UnixStream, mut peer: Peer, guard: ConnGuard,
             stderr: logged,
         }
         .encode();
-        send_answer(&stream, &bytes, ready)
+        send_answer(stream, &bytes, ready)
     };
     if let Some(traces) = &shared.traces {
         let start = ended - took;
         if let Some(t) = wasm_cni_engine::trace::of_request(
-            &vars,
+            &head.vars,
             &out.report,
             start,
             ended,
@@ -794,7 +905,7 @@ fn handle(shared: &Shared, stream: UnixStream, mut peer: Peer, guard: ConnGuard,
     if let Err(e) = sent {
         // Its runtime took the ADD as failed: undo it now (still in this
         // attachment's turn), so that nothing stays that nobody asked for.
-        let undo = verb == "ADD" && out.exit_code == 0;
+        let undo = head.verb == "ADD" && out.exit_code == 0;
         tracing::warn!(
             event = "undelivered",
             container_id = out.report.container_id.as_str(),
@@ -804,10 +915,9 @@ fn handle(shared: &Shared, stream: UnixStream, mut peer: Peer, guard: ConnGuard,
             if undo { "; undoing the ADD" } else { "" }
         );
         if undo {
-            undo_add(shared, &vars, &request.stdin, &peer);
+            undo_add(shared, &head.vars, stdin, peer);
         }
     }
-    drop(turn);
 }
 
 /// DEL what an ADD whose answer never reached its client made.
