@@ -75,9 +75,10 @@ enum Task {
     /// Check the host's layering ([workspace.metadata.layers] in
     /// Cargo.toml) against the manifests; `test` runs it first.
     Layers,
-    /// Build everything, then ADD, CHECK and DEL two containers on the
-    /// bundled network (host/examples/podnet.conflist) in throwaway
-    /// namespaces, printing each result and pinging between them.
+    /// Build only what the demo runs (the engine and the components of
+    /// host/examples/podnet.conflist), then ADD, CHECK and DEL two
+    /// containers on that network in throwaway namespaces, printing each
+    /// result and pinging between them.
     Demo,
     /// Everything CI runs: setup, format and lint checks, the build, the
     /// components, every test (unit, component, real-namespace), then a

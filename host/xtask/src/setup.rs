@@ -11,7 +11,10 @@ use crate::{fail, Context, Result};
 /// the etcd API's protos with protoc; the thin client links musl.
 pub const BUILD_PACKAGES: &[&str] = &["protobuf-compiler", "musl-dev"];
 
-/// What the integration tests and the demo run besides the build.
+/// What the demo runs besides the build: namespaces and ping.
+pub const DEMO_PACKAGES: &[&str] = &["iproute2", "iputils-ping"];
+
+/// What the integration tests run besides the build.
 /// nftables and iptables: the tests read the node's rulesets with them, and
 /// the reference plugins' iptables rules need the latter. podman, runc and
 /// busybox-static: the podman test runs a real runtime on a wasm-cni
