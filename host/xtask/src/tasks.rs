@@ -550,10 +550,15 @@ pub const FUZZ_SECONDS: u64 = 25;
 /// take them, so no nightly is needed. No sanitizer: the code under test is
 /// safe Rust, and without ASan the targets build faster and run about twice
 /// as fast (host/fuzz/README.md shows how to run with one).
+/// `cargo fuzz <args>` on `dir`, named as the fuzz project: cargo-fuzz
+/// otherwise looks for `fuzz/` beside the nearest package above, and the
+/// fuzz targets sit beside the host's crates, not inside one of them.
 fn cargo_fuzz(dir: &Path, args: &[&str]) -> Command {
     let mut cmd = toolchain::current_cargo();
-    cmd.arg("fuzz")
-        .args(args)
+    let (subcommand, rest) = args.split_first().unwrap_or((&"build", &[]));
+    cmd.args(["fuzz", subcommand, "--fuzz-dir"])
+        .arg(dir)
+        .args(rest)
         .current_dir(dir)
         .env("RUSTC_BOOTSTRAP", "1");
     cmd
