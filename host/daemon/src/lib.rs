@@ -699,7 +699,7 @@ impl Head {
             .into_iter()
             .filter(|(k, _)| wire::forwarded(k))
             .collect();
-        let var = |k: &str| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        let var = |k: &str| lookup(&vars, k);
         let verb = var("CNI_COMMAND").unwrap_or_default().to_string();
         let level = var("WASM_CNI_LOG")
             .and_then(Level::parse)
@@ -722,10 +722,7 @@ impl Head {
     }
 
     fn var(&self, k: &str) -> Option<&str> {
-        self.vars
-            .iter()
-            .find(|(n, _)| n == k)
-            .map(|(_, v)| v.as_str())
+        lookup(&self.vars, k)
     }
 
     /// The attachment whose requests run one at a time, in arrival order.
@@ -747,6 +744,11 @@ impl Head {
         };
         CniError::new(code, "the wasm-cni daemon is shutting down")
     }
+}
+
+/// The value of `k` in a forwarded environment.
+fn lookup<'a>(vars: &'a [(String, String)], k: &str) -> Option<&'a str> {
+    vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str())
 }
 
 /// The answer to a request that got no slot, counted by why.
