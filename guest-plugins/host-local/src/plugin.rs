@@ -22,6 +22,11 @@ pub use wasm_cni_sdk::types::{Dns, Route};
 /// operator view (`wasm-cni ipam ls`).
 pub const REUSE_WAIT_VALUE: &str = "reuseIPWaitMs";
 
+/// Store value: how many addresses the configured ranges hold, gateways
+/// excluded (decimal), so that `wasm-cni status` can say what is free
+/// without knowing this plugin's config. Any IPAM plugin may keep it.
+pub const POOL_SIZE_VALUE: &str = "poolSize";
+
 /// Store value: the round-robin cursor of range set `idx` (the reference's
 /// `last_reserved_ip.<idx>` file).
 pub fn last_reserved_value(idx: usize) -> String {
@@ -192,15 +197,28 @@ fn slots(entries: Vec<Entry>) -> BTreeMap<IpAddr, Slot> {
         .collect()
 }
 
-/// Keep the effective wait where the operator view can find it; written
-/// only when it changed.
-fn remember_wait<H: Host>(host: &H, conf: &IpamConfig) -> Result<(), CniError> {
-    let want = conf.policy.reuse_wait_ms.to_string();
+/// Keep what the operator views show of this config where they can find
+/// it: the effective wait and the pool's size, each written only when it
+/// changed.
+fn remember_config<H: Host>(host: &H, conf: &IpamConfig) -> Result<(), CniError> {
+    let size = conf
+        .ranges
+        .iter()
+        .fold(0u128, |n, set| n.saturating_add(set.size()));
+    remember(
+        host,
+        REUSE_WAIT_VALUE,
+        conf.policy.reuse_wait_ms.to_string(),
+    )?;
+    remember(host, POOL_SIZE_VALUE, size.to_string())
+}
+
+fn remember<H: Host>(host: &H, name: &str, want: String) -> Result<(), CniError> {
     let have = host
-        .get_value(REUSE_WAIT_VALUE)
+        .get_value(name)
         .map_err(|e| e.into_cni("reading the store"))?;
     if have.as_deref() != Some(want.as_str()) {
-        host.set_value(REUSE_WAIT_VALUE, Some(&want))
+        host.set_value(name, Some(&want))
             .map_err(|e| e.into_cni("writing the store"))?;
     }
     Ok(())
@@ -248,7 +266,7 @@ pub fn add<H: Host>(host: &H, req: &Request) -> Result<IpamResult, CniError> {
         None => None,
     };
     let now = host.now();
-    remember_wait(host, &conf)?;
+    remember_config(host, &conf)?;
     let slots = HostSlots(host);
     let owner = owner_of(req);
     let mut requested = conf.requested.clone();
@@ -326,7 +344,7 @@ pub fn add<H: Host>(host: &H, req: &Request) -> Result<IpamResult, CniError> {
 /// cannot parse does not stop the release, since the store needs none.
 pub fn del<H: Host>(host: &H, req: &Request) -> Result<(), CniError> {
     match config::load(&req.config, &req.args) {
-        Ok(conf) => remember_wait(host, &conf)?,
+        Ok(conf) => remember_config(host, &conf)?,
         Err(e) => host.log(
             Level::Warn,
             &format!("DEL despite an invalid config: {}", e.msg),
@@ -386,7 +404,7 @@ pub fn status<H: Host>(host: &H, config: &str) -> Result<(), CniError> {
 /// Release every live allocation whose attachment is not in `valid`.
 pub fn gc<H: Host>(host: &H, config: &str, valid: &[Owner]) -> Result<(), CniError> {
     match config::load(config, &[]) {
-        Ok(conf) => remember_wait(host, &conf)?,
+        Ok(conf) => remember_config(host, &conf)?,
         Err(e) => host.log(
             Level::Warn,
             &format!("GC despite an invalid config: {}", e.msg),

@@ -306,6 +306,10 @@ fn allocates_and_releases_like_the_reference() {
         assert_eq!(d.values["last_reserved_ip.0"], "10.1.2.2");
         assert_eq!(d.values["last_reserved_ip.1"], "2001:db8:1::2");
         assert_eq!(d.values[plugin::REUSE_WAIT_VALUE], "60000");
+        // 253 + 253 hosts of two /24s (less their gateways), and 2^64 - 2
+        // of the /64 (from ::1's successor to the last).
+        let v6 = (1u128 << 64) - 2;
+        assert_eq!(d.values[plugin::POOL_SIZE_VALUE], (506 + v6).to_string());
     }
     // CHECK finds it; DEL releases both; CHECK then fails.
     let req = request("dummy", "eth0", &c, &[]);

@@ -26,6 +26,11 @@ use wasm_cni_protocol::env::valid_name;
 pub const HOST_LOCAL: &str = "host-local";
 /// Store value host-local keeps its effective `reuseIPWait` in (ms).
 pub const REUSE_WAIT_VALUE: &str = "reuseIPWaitMs";
+/// Store value an IPAM plugin may keep its pool's size in: how many
+/// addresses its configured ranges hold, in decimal. The operator views
+/// read what the plugin stored rather than re-reading its config, so they
+/// know no plugin's ranges; a value that is not a number is no size.
+pub const POOL_SIZE_VALUE: &str = "poolSize";
 /// Prefix of the reference's per-range-set cursor file (and store value).
 const LAST_RESERVED: &str = "last_reserved_ip.";
 
@@ -69,6 +74,9 @@ pub struct ScopeView {
     /// quarantined.
     #[serde(rename = "reuseIPWaitMs", skip_serializing_if = "Option::is_none")]
     pub reuse_wait_ms: Option<u64>,
+    /// The pool's size as the plugin last stored it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pool_size: Option<u128>,
     pub entries: Vec<EntryView>,
 }
 
@@ -146,6 +154,10 @@ pub fn list_by(
                 .values
                 .get(REUSE_WAIT_VALUE)
                 .and_then(|v| v.parse::<u64>().ok());
+            let pool_size = data
+                .values
+                .get(POOL_SIZE_VALUE)
+                .and_then(|v| v.parse::<u128>().ok());
             let mut entries: Vec<EntryView> = data
                 .entries
                 .iter()
@@ -156,6 +168,7 @@ pub fn list_by(
                 network: network.clone(),
                 plugin,
                 reuse_wait_ms: wait,
+                pool_size,
                 entries,
             });
         }
@@ -681,6 +694,40 @@ mod tests {
         fs::remove_dir_all(&root).unwrap();
     }
 
+    /// The plugin controls the pool's size as stored: whatever it writes
+    /// there is a number or no size, never text the view repeats.
+    #[test]
+    fn a_pool_size_is_a_number_the_plugin_stored_or_none() {
+        let root = tmp("poolsize");
+        let store = DiskStore::new(&root.join("store"));
+        for (stored, read) in [
+            ("5", Some(5)),
+            ("340282366920938463463374607431768211455", Some(u128::MAX)),
+            ("340282366920938463463374607431768211456", None),
+            ("-1", None),
+            ("1e9", None),
+            ("\u{1b}[2J7", None),
+            ("", None),
+        ] {
+            let mut t = store.begin(&scope("net1")).unwrap();
+            let d = t.data();
+            d.entries.insert(
+                "10.0.0.2".into(),
+                Entry {
+                    owner: owner("a", "eth0"),
+                    allocated_at: 1,
+                    released_at: None,
+                    node: None,
+                },
+            );
+            d.values.insert(POOL_SIZE_VALUE.into(), stored.into());
+            t.commit().unwrap();
+            let views = list(&store, None, 2).unwrap();
+            assert_eq!(views[0].pool_size, read, "{stored:?}");
+        }
+        fs::remove_dir_all(&root).unwrap();
+    }
+
     #[test]
     fn lists_allocations_and_quarantine() {
         let root = tmp("list");
@@ -703,11 +750,13 @@ mod tests {
             );
         }
         d.values.insert(REUSE_WAIT_VALUE.into(), "60000".into());
+        d.values.insert(POOL_SIZE_VALUE.into(), "253".into());
         t.commit().unwrap();
         let views = list(&store, None, 80_000).unwrap();
         assert_eq!(views.len(), 1);
         let v = &views[0];
         assert_eq!(v.reuse_wait_ms, Some(60_000));
+        assert_eq!(v.pool_size, Some(253));
         let keys: Vec<&str> = v.entries.iter().map(|e| e.key.as_str()).collect();
         assert_eq!(keys, ["10.0.0.2", "10.0.0.9", "10.0.0.10"]);
         assert_eq!(v.entries[2].state, State::Allocated);
@@ -724,6 +773,7 @@ mod tests {
             .contains("# net1 host-local: 1 allocated, 1 quarantined (reuseIPWait 1m0s), 1 free"));
         let json = serde_json::to_value(&views).unwrap();
         assert_eq!(json[0]["reuseIPWaitMs"], 60_000);
+        assert_eq!(json[0]["poolSize"], 253);
         assert_eq!(json[0]["entries"][1]["quarantineLeftMs"], 30_000);
         assert_eq!(list(&store, Some("nope"), 0).unwrap(), vec![]);
         fs::remove_dir_all(&root).unwrap();

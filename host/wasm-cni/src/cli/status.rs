@@ -7,7 +7,6 @@
 
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -96,8 +95,8 @@ struct Pool {
     plugin: String,
     allocated: usize,
     quarantined: usize,
-    /// Addresses of the configured ranges neither allocated nor
-    /// quarantined (host-local's ranges; unknown for other plugins).
+    /// Addresses of the pool neither allocated nor quarantined, from the
+    /// size the plugin stored (`poolSize`); unknown if it keeps none.
     #[serde(skip_serializing_if = "Option::is_none")]
     free: Option<u128>,
     quarantine: Vec<Quarantined>,
@@ -330,8 +329,8 @@ fn pools(net: &NetConf) -> Result<Vec<Pool>, String> {
         .map(|v| {
             let allocated = v.count(State::Allocated);
             let quarantined = v.count(State::Quarantined);
-            let free = ipam_config(net, &v.plugin)
-                .and_then(|ipam| pool_size(&ipam))
+            let free = v
+                .pool_size
                 .map(|size| size.saturating_sub((allocated + quarantined) as u128));
             Pool {
                 quarantine: v
@@ -350,91 +349,6 @@ fn pools(net: &NetConf) -> Result<Vec<Pool>, String> {
             }
         })
         .collect())
-}
-
-/// The IPAM config the plugin of `scope` reads: a chain entry of that type
-/// (its `ipam` object, as host-local reads its own), or a delegate's.
-fn ipam_config(net: &NetConf, scope: &str) -> Option<Value> {
-    if scope != "host-local" {
-        return None;
-    }
-    net.chain.iter().find_map(|e| {
-        let ipam = e.raw.get("ipam")?;
-        let delegate = ipam.get("type").and_then(Value::as_str) == Some(scope);
-        (e.plugin_type == scope || delegate).then(|| ipam.clone())
-    })
-}
-
-/// Addresses host-local may hand out from its ranges: each range from
-/// `rangeStart` (default: the subnet's first host) to `rangeEnd` (default:
-/// its last, before the IPv4 broadcast), less the gateway.
-fn pool_size(ipam: &Value) -> Option<u128> {
-    let sets = match ipam.get("ranges") {
-        Some(r) => r.as_array()?.clone(),
-        None => vec![serde_json::json!([{
-            "subnet": ipam.get("subnet")?,
-            "rangeStart": ipam.get("rangeStart"),
-            "rangeEnd": ipam.get("rangeEnd"),
-            "gateway": ipam.get("gateway"),
-        }])],
-    };
-    let mut total: u128 = 0;
-    for set in &sets {
-        for r in set.as_array()? {
-            total = total.saturating_add(range_size(r)?);
-        }
-    }
-    Some(total)
-}
-
-fn range_size(r: &Value) -> Option<u128> {
-    let (addr, prefix) = r.get("subnet")?.as_str()?.split_once('/')?;
-    let addr: IpAddr = addr.parse().ok()?;
-    let prefix: u32 = prefix.parse().ok()?;
-    let (bits, value) = match addr {
-        IpAddr::V4(a) => (32u32, u128::from(u32::from(a))),
-        IpAddr::V6(a) => (128, u128::from(a)),
-    };
-    if prefix > bits {
-        return None;
-    }
-    let host_bits = bits - prefix;
-    let span = if host_bits >= 128 {
-        u128::MAX
-    } else {
-        (1u128 << host_bits) - 1
-    };
-    let network = value & !span;
-    let last = network | span;
-    let at = |key: &str| -> Option<Option<u128>> {
-        match r.get(key) {
-            None | Some(Value::Null) => Some(None),
-            Some(v) => {
-                let a: IpAddr = v.as_str()?.parse().ok()?;
-                Some(Some(match a {
-                    IpAddr::V4(a) => u128::from(u32::from(a)),
-                    IpAddr::V6(a) => u128::from(a),
-                }))
-            }
-        }
-    };
-    let start = at("rangeStart")?.unwrap_or(network.saturating_add(1));
-    let default_end = if bits == 32 {
-        last.saturating_sub(1)
-    } else {
-        last
-    };
-    let end = at("rangeEnd")?.unwrap_or(default_end);
-    if end < start {
-        return Some(0);
-    }
-    let gateway = at("gateway")?.unwrap_or(network.saturating_add(1));
-    let n = (end - start).saturating_add(1);
-    Some(if (start..=end).contains(&gateway) {
-        n - 1
-    } else {
-        n
-    })
 }
 
 fn components(net: &NetConf) -> Vec<Component> {
@@ -839,37 +753,6 @@ fn wrap(text: &str, lead: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn pool_sizes_follow_host_local_ranges() {
-        // A /29: .2 .. .6 (the gateway .1 and the broadcast are not handed out).
-        assert_eq!(pool_size(&json!({"subnet": "10.0.0.0/29"})), Some(5));
-        assert_eq!(
-            pool_size(&json!({"subnet": "10.0.0.0/24", "rangeStart": "10.0.0.100",
-                              "rangeEnd": "10.0.0.109", "gateway": "10.0.0.1"})),
-            Some(10)
-        );
-        assert_eq!(
-            pool_size(
-                &json!({"ranges": [[{"subnet": "10.1.0.0/30"}], [{"subnet": "fd00::/126"}]]})
-            ),
-            Some(1 + 2)
-        );
-        assert_eq!(
-            pool_size(&json!({"subnet": "fd00::/0"})),
-            Some(u128::MAX - 1)
-        );
-        for bad in [
-            json!({}),
-            json!({"subnet": "10.0.0.0/33"}),
-            json!({"subnet": "nonsense"}),
-            json!({"subnet": "10.0.0.0/24", "rangeStart": 7}),
-            json!({"ranges": "x"}),
-        ] {
-            assert_eq!(pool_size(&bad), None, "{bad}");
-        }
-    }
 
     #[test]
     fn metrics_pages_are_read_without_trusting_them() {
