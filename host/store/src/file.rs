@@ -354,7 +354,10 @@ mod tests {
                 format!("10.77.{}.{}", i / 250, i % 250 + 2),
                 Entry {
                     owner: Owner {
-                        container_id: format!("{:064x}", u64::from(i) * 0x9e37_79b9_7f4a_7c15),
+                        container_id: format!(
+                            "{:064x}",
+                            u64::from(i).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                        ),
                         ifname: "eth0".into(),
                     },
                     allocated_at: 1_796_564_700_639 + u64::from(i),
