@@ -95,7 +95,7 @@ fn plugins_lists_digest_world_and_cache_state_and_compile_fills_the_cache() {
     assert!(fx.contains("cached=yes"), "{fx}");
     assert!(fx.contains("world=interface-plugin"), "{fx}");
     assert!(
-        fx.contains("cni:plugin/log@0.2.1") && fx.contains("wit=0.2.1"),
+        fx.contains("cni:plugin/log@0.2.2") && fx.contains("wit=0.2.2"),
         "{fx}"
     );
     assert!(fx.contains("sha256="), "{fx}");

@@ -215,6 +215,18 @@ fn three_nodes_of_16_clients_share_one_pool_with_no_address_twice() {
         everyone * EACH,
         "after the first adds",
     );
+    // Block affinity: each node took 48 addresses, fewer than a /26 holds,
+    // so no node had to borrow, and each /26 holds one node's addresses.
+    let mut blocks: BTreeMap<u8, BTreeSet<String>> = BTreeMap::new();
+    for (addr, (_, node)) in live(&etcd, "clnet") {
+        let last: u8 = addr.rsplit('.').next().unwrap().parse().unwrap();
+        blocks.entry(last / 64).or_default().insert(node);
+    }
+    assert!(
+        blocks.values().all(|nodes| nodes.len() == 1),
+        "nodes share blocks: {blocks:?}"
+    );
+    assert_eq!(blocks.len(), 3, "{blocks:?}");
     barrier.wait();
     barrier.wait();
     check(

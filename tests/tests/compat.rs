@@ -29,6 +29,8 @@ fn old(revision: &str, name: &str) -> PathBuf {
 const V0_1_0: &str = "wit-0.1.0-63aab4e";
 /// `cni:plugin@0.2.0` as released (the bundled components at 5e2224b).
 const V0_2_0: &str = "wit-0.2.0-5e2224b";
+/// `cni:plugin@0.2.1` as released (the bundled components at 960f314).
+const V0_2_1: &str = "wit-0.2.1-960f314";
 /// The unreleased revision of 0.1.0 whose `link` has 15 fields (fab0967).
 const V0_1_0_LATER: &str = "wit-0.1.0-fab0967";
 
@@ -65,6 +67,9 @@ fn components_built_against_released_versions_pass_plugin_test() {
         (old(V0_2_0, "bridge"), old(V0_2_0, "host-local")),
         (plugin("bridge"), old(V0_2_0, "host-local")),
         (old(V0_2_0, "bridge"), old(V0_1_0, "host-local")),
+        (old(V0_2_1, "bridge"), old(V0_2_1, "host-local")),
+        (plugin("bridge"), old(V0_2_1, "host-local")),
+        (old(V0_2_1, "bridge"), plugin("host-local")),
     ] {
         let (code, out) = plugin_test(&bridge, &host_local, conf.clone());
         assert_eq!(
@@ -89,6 +94,11 @@ fn a_0_1_0_chain_runs_in_real_namespaces() {
 #[test]
 fn a_0_2_0_chain_runs_in_real_namespaces() {
     old_chain_runs(V0_2_0, "0.2.0", "cpt2", "10.79.0");
+}
+
+#[test]
+fn a_0_2_1_chain_runs_in_real_namespaces() {
+    old_chain_runs(V0_2_1, "0.2.1", "cpt3", "10.76.0");
 }
 
 /// ADD, CHECK and DEL of a chain of components built against `wit` in a
@@ -167,7 +177,7 @@ fn the_unreleased_revision_of_0_1_0_is_refused_with_what_to_do() {
         msg.contains("\"odd\"")
             && msg.contains("built against cni:plugin@0.1.0")
             && msg.contains("its import cni:plugin/network@0.1.0 differs")
-            && msg.contains("this host serves cni:plugin 0.1.0, 0.2.0, 0.2.1")
+            && msg.contains("this host serves cni:plugin 0.1.0, 0.2.0, 0.2.1, 0.2.2")
             && msg.contains("rebuild it against 0.2.0"),
         "{msg}"
     );
@@ -190,13 +200,13 @@ fn unknown_versions_and_ungranted_imports_are_refused_by_name() {
         (
             component(&["cni:plugin/log@0.3.0"], "cni:plugin/plugin@0.2.1"),
             "built against cni:plugin@0.3.0 (it imports cni:plugin/log@0.3.0); this host serves \
-             cni:plugin 0.1.0, 0.2.0, 0.2.1",
+             cni:plugin 0.1.0, 0.2.0, 0.2.1, 0.2.2",
         ),
-        // A later patch would link against 0.2.1 by wasmtime's semver
+        // A later patch would link against 0.2.2 by wasmtime's semver
         // rules, lacking whatever it added: refused by name first.
         (
-            component(&["cni:plugin/store@0.2.2"], "cni:plugin/plugin@0.2.1"),
-            "built against cni:plugin@0.2.2 (it imports cni:plugin/store@0.2.2)",
+            component(&["cni:plugin/store@0.2.3"], "cni:plugin/plugin@0.2.2"),
+            "built against cni:plugin@0.2.3 (it imports cni:plugin/store@0.2.3)",
         ),
         (
             component(&[], "cni:plugin/plugin@0.2.9"),

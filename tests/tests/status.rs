@@ -266,7 +266,7 @@ fn the_status_command_shows_the_node_at_a_glance() {
         // A /24 less the gateway: 253, one allocated, one quarantined.
         "host-local  1          1            251",
         "10.93.0.3 in ",
-        "interface-plugin  0.2.1  yes",
+        "interface-plugin  0.2.2  yes",
         "DAEMON tcp:127.0.0.1:19752",
         "requests (0 failed), 0 in flight",
         "plugins stopped by the host: none",

@@ -145,6 +145,135 @@ impl Slots for BTreeMap<IpAddr, Slot> {
     }
 }
 
+/// The slots as this node sees them while it takes from other nodes'
+/// blocks last (a store several nodes share, `store.blocks-of-other-nodes`):
+/// every address of those blocks shows as held, so the never-used walk
+/// passes over them, and a span counts only what lies outside them, so
+/// reuse and quarantine look at this node's own and unclaimed blocks. The
+/// blocks are a preference, never a limit: the caller asks the plain slots
+/// when these give nothing.
+pub struct Elsewhere<'a, S: Slots + ?Sized> {
+    slots: &'a S,
+    /// Other nodes' blocks as `(first, last)`, sorted, disjoint.
+    blocks: Vec<(IpAddr, IpAddr)>,
+}
+
+impl<'a, S: Slots + ?Sized> Elsewhere<'a, S> {
+    /// Over `slots`, with `blocks` (CIDRs as the host gives them; one that
+    /// does not parse is no block).
+    pub fn new(slots: &'a S, blocks: &[String]) -> Self {
+        let mut spans: Vec<(IpAddr, IpAddr)> = blocks
+            .iter()
+            .filter_map(|b| crate::ip::parse_cidr(b).ok())
+            .map(|n| {
+                (
+                    crate::ip::canonical(n.network()),
+                    crate::ip::canonical(n.broadcast()),
+                )
+            })
+            .collect();
+        spans.sort();
+        // Merged, so that the gaps between them are the spans to ask about.
+        let mut blocks: Vec<(IpAddr, IpAddr)> = Vec::with_capacity(spans.len());
+        for (a, b) in spans {
+            match blocks.last_mut() {
+                Some(last) if a.is_ipv4() == last.1.is_ipv4() && a <= last.1 => {
+                    last.1 = last.1.max(b);
+                }
+                _ => blocks.push((a, b)),
+            }
+        }
+        Self { slots, blocks }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.blocks.is_empty()
+    }
+
+    fn claimed(&self, ip: &IpAddr) -> bool {
+        let at = self.blocks.partition_point(|(_, last)| last < ip);
+        self.blocks.get(at).is_some_and(|(first, _)| first <= ip)
+    }
+
+    /// The parts of `first..=last` outside every block.
+    fn gaps(&self, first: IpAddr, last: IpAddr) -> Vec<(IpAddr, IpAddr)> {
+        let family = crate::ip::Family::of(&first);
+        let step = |ip: IpAddr, up: bool| {
+            let v = crate::ip::to_u128(ip);
+            let v = if up {
+                v.checked_add(1)
+            } else {
+                v.checked_sub(1)
+            }?;
+            let next = crate::ip::from_u128(family, v);
+            (crate::ip::to_u128(next) == v).then_some(next)
+        };
+        let mut gaps = Vec::new();
+        let mut from = Some(first);
+        for &(a, b) in &self.blocks {
+            let Some(start) = from else { break };
+            if b < start || a.is_ipv4() != first.is_ipv4() {
+                continue;
+            }
+            if a > last {
+                break;
+            }
+            if a > start {
+                if let Some(end) = step(a, false) {
+                    gaps.push((start, end));
+                }
+            }
+            from = step(b, true);
+        }
+        if let Some(start) = from.filter(|s| *s <= last) {
+            gaps.push((start, last));
+        }
+        gaps
+    }
+}
+
+impl<S: Slots + ?Sized> Slots for Elsewhere<'_, S> {
+    fn get(&self, ips: &[IpAddr]) -> Result<Vec<Option<Slot>>, AllocError> {
+        let ask: Vec<IpAddr> = ips.iter().filter(|ip| !self.claimed(ip)).copied().collect();
+        let mut answers = self.slots.get(&ask)?.into_iter();
+        let held = Slot {
+            owner: Owner {
+                container_id: "(another node's block)".into(),
+                ifname: String::new(),
+            },
+            released_at: None,
+        };
+        Ok(ips
+            .iter()
+            .map(|ip| {
+                if self.claimed(ip) {
+                    Some(held.clone())
+                } else {
+                    answers.next().flatten()
+                }
+            })
+            .collect())
+    }
+
+    fn span(&self, first: IpAddr, last: IpAddr) -> Result<SpanCount, AllocError> {
+        let mut all = SpanCount::default();
+        for (a, b) in self.gaps(first, last) {
+            let c = self.slots.span(a, b)?;
+            all.entries += c.entries;
+            all.released += c.released;
+            all.oldest = match (all.oldest, c.oldest) {
+                (Some(x), Some(y)) => Some(x.min(y)),
+                (x, y) => x.or(y),
+            };
+        }
+        Ok(all)
+    }
+
+    fn held_by(&self, owner: &Owner) -> Result<Vec<IpAddr>, AllocError> {
+        self.slots.held_by(owner)
+    }
+}
+
 /// One range set over the store's slots.
 pub struct Pool<'a, S: Slots + ?Sized> {
     pub set: &'a RangeSet,
@@ -600,5 +729,54 @@ mod tests {
         // While all are quarantined, a fresh address is still fine.
         let (got, _) = pool.choose(&owner("x"), None, None, 1_005, &p).unwrap();
         assert_eq!(got, cur);
+    }
+
+    /// What a span asks of the plain slots around other nodes' blocks: the
+    /// gaps, at the edges of the family too, and nothing inside a block.
+    #[test]
+    fn elsewhere_asks_only_about_the_gaps() {
+        let slots: BTreeMap<IpAddr, Slot> = BTreeMap::new();
+        let blocks = |b: &[&str]| b.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let gaps = |e: &Elsewhere<'_, BTreeMap<IpAddr, Slot>>, a: &str, b: &str| {
+            e.gaps(ip(a), ip(b))
+                .into_iter()
+                .map(|(x, y)| format!("{x}-{y}"))
+                .collect::<Vec<_>>()
+        };
+        let e = Elsewhere::new(
+            &slots,
+            &blocks(&[
+                "10.0.0.64/26",
+                "10.0.0.0/26",
+                "10.0.0.32/27",
+                "fd00::40/122",
+                "x",
+            ]),
+        );
+        // Overlapping and adjacent blocks merge; a bad one is none.
+        assert_eq!(
+            gaps(&e, "10.0.0.1", "10.0.0.254"),
+            ["10.0.0.128-10.0.0.254"]
+        );
+        assert_eq!(gaps(&e, "10.0.0.10", "10.0.0.20"), Vec::<String>::new());
+        assert_eq!(
+            gaps(&e, "9.255.255.250", "10.0.0.1"),
+            ["9.255.255.250-9.255.255.255"]
+        );
+        assert_eq!(
+            gaps(&e, "fd00::1", "fd00::ff"),
+            ["fd00::1-fd00::3f", "fd00::80-fd00::ff"]
+        );
+        assert!(e.claimed(&ip("10.0.0.127")) && !e.claimed(&ip("10.0.0.128")));
+        assert!(!e.claimed(&ip("fd00::3f")) && e.claimed(&ip("fd00::7f")));
+        // A block at the very end of the family leaves nothing after it.
+        let top = Elsewhere::new(&slots, &blocks(&["255.255.255.192/26"]));
+        assert_eq!(
+            gaps(&top, "255.255.255.0", "255.255.255.255"),
+            ["255.255.255.0-255.255.255.191"]
+        );
+        let none = Elsewhere::new(&slots, &[]);
+        assert!(none.is_empty());
+        assert_eq!(gaps(&none, "10.0.0.1", "10.0.0.2"), ["10.0.0.1-10.0.0.2"]);
     }
 }

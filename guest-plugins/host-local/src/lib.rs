@@ -110,6 +110,9 @@ impl plugin::Host for WitHost {
     fn set_value(&self, name: &str, value: Option<&str>) -> Result<(), HostError> {
         store::set_value(name, value).map_err(store_err)
     }
+    fn blocks_of_other_nodes(&self) -> Result<Vec<String>, HostError> {
+        store::blocks_of_other_nodes().map_err(store_err)
+    }
     fn read_config_file(&self, path: &str) -> Result<String, HostError> {
         files::read_config_file(path).map_err(|e| match e {
             FileError::Refused(m) => HostError::Refused(m),

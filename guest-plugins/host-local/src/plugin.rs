@@ -10,7 +10,7 @@ use std::net::IpAddr;
 
 use wasm_cni_sdk::error::{code, CniError};
 
-use crate::alloc::{AllocError, How, Owner, Pool, Slot, Slots, SpanCount};
+use crate::alloc::{AllocError, Elsewhere, How, Owner, Pool, Slot, Slots, SpanCount};
 use crate::config::{self, IpamConfig};
 use crate::dns::parse_resolv_conf;
 use crate::ip;
@@ -83,6 +83,9 @@ pub trait Host {
     fn get_by_owner(&self) -> Result<Vec<String>, HostError>;
     fn get_value(&self, name: &str) -> Result<Option<String>, HostError>;
     fn set_value(&self, name: &str, value: Option<&str>) -> Result<(), HostError>;
+    /// In a store several nodes share: the blocks (CIDRs) other nodes
+    /// claimed, to allocate from last (since contract 0.2.2).
+    fn blocks_of_other_nodes(&self) -> Result<Vec<String>, HostError>;
     /// A file the config names (`ipam.resolvConf`), read by the host.
     fn read_config_file(&self, path: &str) -> Result<String, HostError>;
     fn log(&self, level: Level, message: &str);
@@ -268,6 +271,10 @@ pub fn add<H: Host>(host: &H, req: &Request) -> Result<IpamResult, CniError> {
     let now = host.now();
     remember_config(host, &conf)?;
     let slots = HostSlots(host);
+    let others = host
+        .blocks_of_other_nodes()
+        .map_err(|e| e.into_cni("reading the store"))?;
+    let elsewhere = Elsewhere::new(&slots, &others);
     let owner = owner_of(req);
     let mut requested = conf.requested.clone();
     let mut ips = Vec::with_capacity(conf.ranges.len());
@@ -281,10 +288,34 @@ pub fn add<H: Host>(host: &H, req: &Request) -> Result<IpamResult, CniError> {
             .get_value(&cursor)
             .map_err(|e| e.into_cni("reading the store"))?
             .and_then(|s| ip::parse_ip(&s).ok());
-        let pool = Pool { set, slots: &slots };
-        let (ip, how) = pool
-            .choose(&owner, wanted, last, now, &conf.policy)
-            .map_err(|e| alloc_error(idx, e, &conf))?;
+        // This node's own and unclaimed blocks first; other nodes' only
+        // when those have nothing (a requested address is what it is).
+        let preferred = match (wanted, elsewhere.is_empty()) {
+            (None, false) => {
+                let pool = Pool {
+                    set,
+                    slots: &elsewhere,
+                };
+                match pool.choose(&owner, None, last, now, &conf.policy) {
+                    Err(e @ AllocError::Store(_)) => return Err(alloc_error(idx, e, &conf)),
+                    Err(e) => {
+                        host.log(
+                            Level::Debug,
+                            &format!("range set {idx}: {e}; borrowing from other nodes' blocks"),
+                        );
+                        None
+                    }
+                    Ok(chosen) => Some(chosen),
+                }
+            }
+            _ => None,
+        };
+        let (ip, how) = match preferred {
+            Some(chosen) => chosen,
+            None => Pool { set, slots: &slots }
+                .choose(&owner, wanted, last, now, &conf.policy)
+                .map_err(|e| alloc_error(idx, e, &conf))?,
+        };
         let key = ip.to_string();
         // The whole call is one transaction and the pool was read inside
         // it: a refusal here means the store changed under us, a host bug.

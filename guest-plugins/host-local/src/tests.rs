@@ -37,6 +37,8 @@ struct Fake {
     lists: Cell<usize>,
     /// `lookup` and `span` fail as a broken state directory does.
     fail_reads: Cell<bool>,
+    /// What `blocks-of-other-nodes` answers: a cluster store's claims.
+    others: RefCell<Vec<String>>,
 }
 
 impl Fake {
@@ -50,6 +52,7 @@ impl Fake {
             logs: RefCell::default(),
             lists: Cell::new(0),
             fail_reads: Cell::new(false),
+            others: RefCell::default(),
         }
     }
 
@@ -249,6 +252,9 @@ impl Host for Fake {
             .filter(|e| e.released_at.is_none() && e.owner == me)
             .map(|e| e.key.clone())
             .collect())
+    }
+    fn blocks_of_other_nodes(&self) -> Result<Vec<String>, HostError> {
+        Ok(self.others.borrow().clone())
     }
     fn get_value(&self, name: &str) -> Result<Option<String>, HostError> {
         Ok(self.data.borrow().values.get(name).cloned())
@@ -638,4 +644,51 @@ fn a_full_history_reuses_through_spans() {
     }
     assert_eq!(addrs(&f.add("a", &c).unwrap()), ["2001:db8:9::1001/64"]);
     assert_eq!(f.lists.get(), 0);
+}
+
+/// A store several nodes share: other nodes' blocks are taken from last.
+/// The node walks past them, reuses and quarantines within its own and the
+/// unclaimed ones, and borrows from others' only when those have nothing;
+/// a requested address is given wherever it is.
+#[test]
+fn other_nodes_blocks_are_taken_from_last() {
+    let f = Fake::new();
+    // A /26 pool split in four /28 "blocks" for the test: .0/28 and .32/28
+    // are other nodes'; .16/28 and .48/28 are free to claim.
+    *f.others.borrow_mut() = vec!["10.9.0.0/28".into(), "10.9.0.32/28".into(), "junk".into()];
+    let c = conf(r#"{"type":"host-local","ranges":[[{"subnet":"10.9.0.0/26"}]],"reuseIPWait":60}"#);
+    let first = f.add("a", &c).unwrap();
+    assert_eq!(addrs(&first), ["10.9.0.16/26"]);
+    // Fill .16..=.31 and .48..=.62 (15 + 15 addresses, .63 is broadcast).
+    let mut got = vec!["10.9.0.16".to_string()];
+    for i in 1..31 {
+        let r = f.add(&format!("c{i}"), &c).unwrap();
+        got.push(addrs(&r)[0].trim_end_matches("/26").to_string());
+    }
+    let in_others = |ip: &String| {
+        let last: u8 = ip.rsplit('.').next().unwrap().parse().unwrap();
+        last < 16 || (32..48).contains(&last)
+    };
+    assert!(!got.iter().any(in_others), "{got:?}");
+    // Released ones are quarantined: the next borrows a never-used one
+    // from another node's block instead of waiting.
+    f.del("c1", &c);
+    let borrowed = f.add("b1", &c).unwrap();
+    assert_eq!(addrs(&borrowed), ["10.9.0.2/26"], "gateway .1 skipped");
+    assert!(f
+        .logs
+        .borrow()
+        .iter()
+        .any(|l| l.contains("borrowing from other nodes' blocks")));
+    // Once quarantine is over, the node's own released address comes
+    // back before another node's never-used ones.
+    f.tick(61_000);
+    let own = f.add("b2", &c).unwrap();
+    assert_eq!(addrs(&own), ["10.9.0.17/26"]);
+    // A requested address in another node's block is given.
+    let asked = f.add_with("r", "eth0", &c, &[("IP", "10.9.0.40")]).unwrap();
+    assert_eq!(addrs(&asked), ["10.9.0.40/26"]);
+    // A store of one node: no preference, the round-robin as before.
+    let g = Fake::new();
+    assert_eq!(addrs(&g.add("a", &c).unwrap()), ["10.9.0.2/26"]);
 }

@@ -702,7 +702,7 @@ impl<P: Plugin> bindings::exports::cni::plugin::plugin::Guest for Adapter<P> {
 /// Exports `$plugin` (a type implementing [`Plugin`]) as the component's
 /// `cni:plugin/plugin` interface.
 ///
-/// The export symbols (`cni:plugin/plugin@0.2.1#add`, ...) are only emitted
+/// The export symbols (`cni:plugin/plugin@0.2.2#add`, ...) are only emitted
 /// for wasm32: a native `cdylib` cannot carry such names (the linker's
 /// version script rejects them), so natively the macro only checks that the
 /// adapter implements the generated `Guest` trait.

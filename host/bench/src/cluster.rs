@@ -215,7 +215,10 @@ fn run_once(
         if let Ok(mut t) = tally.lock() {
             t.0 += m.cpu;
             t.1 += m.stderr.matches("running it again").count();
-            t.2 += m.stderr.matches("with the whole pool").count();
+            t.2 += m
+                .stderr
+                .matches("borrowing from other nodes' blocks")
+                .count();
         }
     };
     let barrier = std::sync::Barrier::new(nodes * clients);

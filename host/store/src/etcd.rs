@@ -47,7 +47,7 @@ use serde::Deserialize;
 
 use ipnet::IpNet;
 
-use super::{lock_failed, Entry, Scope, ScopeData, StateStore, StoreError, StoreResult, Txn, View};
+use super::{lock_failed, Entry, Scope, ScopeData, StateStore, StoreError, StoreResult, Txn};
 use wasm_cni_base::fsutil::{lock_gated, open_lock_file, Locked};
 
 /// The `store` object of a wasm-cni config with `"type": "etcd"`.
@@ -218,11 +218,12 @@ struct Inner {
 type Revisions = BTreeMap<String, i64>;
 
 /// Addresses are grouped in blocks (calico's block affinity): the first
-/// node to allocate in a block claims it, and other nodes' ADDs see a
-/// claimed block as taken, so nodes allocate side by side instead of
-/// racing for the same next address. A node whose own blocks and the free
-/// ones are full borrows from others' (its ADD runs again with the whole
-/// pool in view). A claim goes when its block holds nothing live.
+/// node to allocate in a block claims it, and a transaction tells the
+/// plugin which blocks other nodes claimed (`Txn::others_blocks`), so an
+/// allocator that takes from those last keeps nodes side by side instead
+/// of racing for the same next address. Every address stays allocatable
+/// by every node: a node whose own blocks and the free ones are full
+/// borrows from others'. A claim goes when its block holds nothing live.
 const V4_BLOCK: u8 = 26;
 const V6_BLOCK: u8 = 122;
 
@@ -234,29 +235,15 @@ pub fn block_of(key: &str) -> Option<String> {
     Some(format!("{}_{}", net.addr(), len))
 }
 
-/// Every address of a block (64 of them).
-fn block_addresses(block: &str) -> Vec<String> {
-    let Some((addr, len)) = block.split_once('_') else {
-        return Vec::new();
-    };
-    let (Ok(addr), Ok(len)) = (addr.parse::<IpAddr>(), len.parse::<u8>()) else {
-        return Vec::new();
-    };
-    match addr {
-        IpAddr::V4(a) if len == V4_BLOCK => {
-            let base = u32::from(a);
-            (0..1u32 << (32 - V4_BLOCK))
-                .map(|i| std::net::Ipv4Addr::from(base.wrapping_add(i)).to_string())
-                .collect()
-        }
-        IpAddr::V6(a) if len == V6_BLOCK => {
-            let base = u128::from(a);
-            (0..1u128 << (128 - V6_BLOCK))
-                .map(|i| std::net::Ipv6Addr::from(base.wrapping_add(i)).to_string())
-                .collect()
-        }
-        _ => Vec::new(),
-    }
+/// A block's name as a CIDR (`10.1.2.64_26` → `10.1.2.64/26`), if it
+/// names a block: a network address with its family's block length.
+/// Another writer of etcd chose the name, so anything else is no block.
+pub fn block_cidr(block: &str) -> Option<String> {
+    let (addr, len) = block.split_once('_')?;
+    let (addr, len) = (addr.parse::<IpAddr>().ok()?, len.parse::<u8>().ok()?);
+    let want = if addr.is_ipv4() { V4_BLOCK } else { V6_BLOCK };
+    let net = IpNet::new(addr, len).ok()?;
+    (len == want && net.trunc().addr() == addr).then(|| net.to_string())
 }
 
 /// A scope as read from etcd at one revision.
@@ -344,35 +331,14 @@ pub fn parse_snapshot(
     Ok(snap)
 }
 
-/// This node's view for an ADD: every address of a block another node
-/// claimed shows as held (unless it is held for real). Returns the keys
-/// shown so, which the commit leaves alone.
-pub fn narrow(snap: &Snapshot, node: &str, data: &mut ScopeData) -> BTreeSet<String> {
-    let mut shown = BTreeSet::new();
-    for (block, owner) in &snap.blocks {
-        if owner == node {
-            continue;
-        }
-        for key in block_addresses(block) {
-            if data.entries.get(&key).is_some_and(Entry::is_live) {
-                continue;
-            }
-            data.entries.insert(
-                key.clone(),
-                Entry {
-                    owner: super::Owner {
-                        container_id: format!("(block of node {owner})"),
-                        ifname: String::new(),
-                    },
-                    allocated_at: 0,
-                    released_at: None,
-                    node: Some(owner.clone()),
-                },
-            );
-            shown.insert(key);
-        }
-    }
-    shown
+/// The blocks other nodes than `node` claimed, as CIDRs: where its
+/// allocator should look last.
+pub fn others_blocks(snap: &Snapshot, node: &str) -> Vec<String> {
+    snap.blocks
+        .iter()
+        .filter(|(_, owner)| *owner != node)
+        .filter_map(|(block, _)| block_cidr(block))
+        .collect()
 }
 
 /// One key a commit writes: only if its revision is still `expect` (0: it
@@ -384,23 +350,17 @@ pub struct Write {
     pub value: Option<Vec<u8>>,
 }
 
-/// What committing `data` (the plugin's changes to `snap`, with `shown` the
-/// keys [`narrow`] added) writes for `node`:
+/// What committing `data` (the plugin's changes to `snap`) writes for
+/// `node`:
 ///
 /// * entries and this node's values that changed, each guarded by its
 ///   revision as read;
 /// * never a change to another node's live entry that releases it, deletes
 ///   it or gives it another owner (GC here knows only this node's
-///   attachments), nor to a shown key;
+///   attachments);
 /// * a claim for each unclaimed block this node allocates in, and the end
 ///   of this node's claims on blocks left with nothing live.
-pub fn plan(
-    p: &Prefixes,
-    snap: &Snapshot,
-    data: &ScopeData,
-    shown: &BTreeSet<String>,
-    node: &str,
-) -> io::Result<Vec<Write>> {
+pub fn plan(p: &Prefixes, snap: &Snapshot, data: &ScopeData, node: &str) -> io::Result<Vec<Write>> {
     let guard = |key: String, value: Option<Vec<u8>>| Write {
         expect: snap.revisions.get(&key).copied().unwrap_or(0),
         key,
@@ -416,9 +376,6 @@ pub fn plan(
         .chain(data.entries.keys())
         .collect();
     for k in keys {
-        if shown.contains(k) {
-            continue;
-        }
         let (old, new) = (snap.data.entries.get(k), data.entries.get(k));
         if old == new {
             continue;
@@ -465,7 +422,7 @@ pub fn plan(
         let live = data
             .entries
             .iter()
-            .any(|(k, e)| e.is_live() && !shown.contains(k) && block_of(k).as_ref() == Some(b));
+            .any(|(k, e)| e.is_live() && block_of(k).as_ref() == Some(b));
         if !live {
             writes.push(guard(format!("{}{b}", p.blocks), None));
         }
@@ -487,7 +444,6 @@ struct EtcdTxnState {
     store: std::sync::Arc<Inner>,
     scope: Scope,
     snap: Snapshot,
-    shown: BTreeSet<String>,
     data: ScopeData,
     deadline: Option<Instant>,
     _lock: Locked,
@@ -685,14 +641,14 @@ impl Txn for EtcdTxnState {
         &mut self.data
     }
 
-    fn narrowed(&self) -> bool {
-        !self.shown.is_empty()
+    fn others_blocks(&self) -> Vec<String> {
+        others_blocks(&self.snap, &self.store.node)
     }
 
     fn commit(self: Box<Self>) -> StoreResult<()> {
         let store = &*self.store;
         let p = store.prefixes(&self.scope);
-        let writes = plan(&p, &self.snap, &self.data, &self.shown, &store.node)?;
+        let writes = plan(&p, &self.snap, &self.data, &store.node)?;
         if writes.is_empty() {
             return Ok(());
         }
@@ -731,31 +687,17 @@ impl Txn for EtcdTxnState {
 
 impl StateStore for EtcdStore {
     fn begin_by(&self, scope: &Scope, deadline: Option<Instant>) -> StoreResult<Box<dyn Txn>> {
-        self.begin_for(scope, deadline, View::Whole)
-    }
-
-    fn begin_for(
-        &self,
-        scope: &Scope,
-        deadline: Option<Instant>,
-        view: View,
-    ) -> StoreResult<Box<dyn Txn>> {
         let inner = &self.inner;
         // Connected before the node's lock is taken: the locked stretch is
         // the read, the plugin and the commit, not a handshake.
         inner.client(deadline)?;
         let lock = inner.lock(scope, deadline)?;
         let snap = inner.read(scope, deadline)?;
-        let mut data = snap.data.clone();
-        let shown = match view {
-            View::Own => narrow(&snap, &inner.node, &mut data),
-            View::Whole => BTreeSet::new(),
-        };
+        let data = snap.data.clone();
         Ok(Box::new(EtcdTxnState {
             store: self.inner.clone(),
             scope: scope.clone(),
             snap,
-            shown,
             data,
             deadline,
             _lock: lock,
@@ -896,13 +838,22 @@ mod tests {
         assert_eq!(block_of("10.1.2.77").as_deref(), Some("10.1.2.64_26"));
         assert_eq!(block_of("fd00::1:7f").as_deref(), Some("fd00::1:40_122"));
         assert_eq!(block_of("last_reserved_ip.0"), None);
-        let a = block_addresses("10.1.2.64_26");
+        assert_eq!(block_cidr("10.1.2.64_26").as_deref(), Some("10.1.2.64/26"));
         assert_eq!(
-            (a.len(), a[0].as_str(), a[63].as_str()),
-            (64, "10.1.2.64", "10.1.2.127")
+            block_cidr("fd00::1:40_122").as_deref(),
+            Some("fd00::1:40/122")
         );
-        assert!(block_addresses("10.1.2.64_24").is_empty());
-        assert!(block_addresses("junk").is_empty());
+        for not_a_block in [
+            "10.1.2.64_24",
+            "10.1.2.65_26",
+            "10.1.2.64",
+            "10.1.2.64_26_26",
+            "fd00::1:40_26",
+            "junk",
+            "",
+        ] {
+            assert_eq!(block_cidr(not_a_block), None, "{not_a_block}");
+        }
     }
 
     #[test]
@@ -938,7 +889,7 @@ mod tests {
     }
 
     #[test]
-    fn an_add_sees_other_nodes_blocks_as_taken_and_claims_its_own() {
+    fn a_commit_claims_the_block_this_node_allocates_in_first() {
         let p = prefixes();
         let mut snap = Snapshot::default();
         snap.blocks.insert("10.0.0.0_26".into(), "n1".into());
@@ -947,25 +898,32 @@ mod tests {
             .entries
             .insert("10.0.0.5".into(), entry("b", "n1", None));
         snap.revisions.insert("/p/e/10.0.0.5".into(), 4);
+        snap.blocks.insert("10.0.0.128_26".into(), "n0".into());
+        snap.blocks.insert("junk".into(), "n2".into());
+        assert_eq!(others_blocks(&snap, "n0"), ["10.0.0.0/26"]);
+        assert_eq!(others_blocks(&snap, "n1"), ["10.0.0.128/26"]);
         let mut data = snap.data.clone();
-        let shown = narrow(&snap, "n0", &mut data);
-        assert_eq!(shown.len(), 63, "the real live entry stays real");
-        assert!(data.entries["10.0.0.9"].is_live());
-        assert_eq!(data.entries["10.0.0.5"].owner.container_id, "b");
         // n0 allocates in the next block: an entry and a claim, both new.
         data.entries
             .insert("10.0.0.70".into(), entry("c", "n0", None));
-        let w = plan(&p, &snap, &data, &shown, "n0").unwrap();
+        // And borrows from n1's block: an entry, no claim.
+        data.entries
+            .insert("10.0.0.9".into(), entry("d", "n0", None));
+        let w = plan(&p, &snap, &data, "n0").unwrap();
         let keys: Vec<(&str, i64, bool)> = w
             .iter()
             .map(|w| (w.key.as_str(), w.expect, w.value.is_some()))
             .collect();
         assert_eq!(
             keys,
-            [("/p/e/10.0.0.70", 0, true), ("/p/b/10.0.0.64_26", 0, true)]
+            [
+                ("/p/e/10.0.0.70", 0, true),
+                ("/p/e/10.0.0.9", 0, true),
+                ("/p/b/10.0.0.64_26", 0, true)
+            ]
         );
-        // Nothing changed: nothing written (shown keys are not changes).
-        assert!(plan(&p, &snap, &snap.data.clone(), &shown, "n0")
+        // Nothing changed: nothing written.
+        assert!(plan(&p, &snap, &snap.data.clone(), "n0")
             .unwrap()
             .is_empty());
     }
@@ -1002,7 +960,7 @@ mod tests {
         }
         data.entries
             .insert("10.0.0.101".into(), entry("d", "n0", None));
-        let w = plan(&p, &snap, &data, &BTreeSet::new(), "n0").unwrap();
+        let w = plan(&p, &snap, &data, "n0").unwrap();
         let keys: Vec<(&str, i64, bool)> = w
             .iter()
             .map(|w| (w.key.as_str(), w.expect, w.value.is_some()))

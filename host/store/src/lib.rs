@@ -124,21 +124,13 @@ pub trait Txn: Send {
     fn stored_bytes(&self) -> Option<u64> {
         None
     }
-    /// Whether the data shows less of the pool than there is (a cluster
-    /// store's [`View::Own`] hid other nodes' blocks).
-    fn narrowed(&self) -> bool {
-        false
+    /// In a store several nodes share: the address blocks (CIDRs) other
+    /// nodes claimed, which this node's allocator should take from last.
+    /// A fact the plugin may use, never a limit: every address stays in
+    /// the data. Empty for a store of one node.
+    fn others_blocks(&self) -> Vec<String> {
+        Vec::new()
     }
-}
-
-/// How much of a cluster store's pool a transaction shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum View {
-    /// Everything (operator commands, DEL, GC, CHECK).
-    Whole,
-    /// What this node should allocate from first (ADD): other nodes'
-    /// blocks show as taken. The same as `Whole` for a local store.
-    Own,
 }
 
 /// Where scopes live.
@@ -146,15 +138,6 @@ pub trait StateStore: Send + Sync {
     /// Lock `scope` and read it, waiting for other holders until `deadline`
     /// (without one, as long as they hold it); [`StoreError::Busy`] past it.
     fn begin_by(&self, scope: &Scope, deadline: Option<Instant>) -> StoreResult<Box<dyn Txn>>;
-    /// [`StateStore::begin_by`] with a [`View`].
-    fn begin_for(
-        &self,
-        scope: &Scope,
-        deadline: Option<Instant>,
-        _view: View,
-    ) -> StoreResult<Box<dyn Txn>> {
-        self.begin_by(scope, deadline)
-    }
     /// [`StateStore::begin_by`] without a deadline (operator commands).
     fn begin(&self, scope: &Scope) -> StoreResult<Box<dyn Txn>> {
         self.begin_by(scope, None)

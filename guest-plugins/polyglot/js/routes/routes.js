@@ -10,7 +10,7 @@
 // import's `err` arrives as a thrown error whose `payload` is the value; an
 // export fails by throwing its `error` record.
 
-import { containerNetns } from 'cni:plugin/network@0.2.1';
+import { containerNetns } from 'cni:plugin/network@0.2.2';
 
 // CNI error codes (wit/types.wit).
 const DECODING = 6;

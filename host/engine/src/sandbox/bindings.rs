@@ -8,8 +8,8 @@
 //! carries either.
 //!
 //! The contract versions served (`wit/README.md`): the current one,
-//! `cni:plugin@0.2.1`, from `wit/`, which also serves 0.2.0 (a patch
-//! version only adds: wasmtime links `0.2.x` names semver-compatibly), and
+//! `cni:plugin@0.2.2`, from `wit/`, which also serves 0.2.0 and 0.2.1 (a
+//! patch version only adds: wasmtime links `0.2.x` names semver-compatibly), and
 //! 0.1.0 from `wit/released/0.1.0/`, whose imports forward to the current
 //! ones (`compat.rs`). The WIT types of both derive serde so that a value of one
 //! version becomes the other's by name, field by field: a field a version

@@ -8,10 +8,10 @@ use wasmtime::Engine;
 
 /// The `cni:plugin` versions this host serves, oldest first. The last is
 /// the contract in `wit/`; the others are in `wit/released/`.
-pub const SERVED: &[&str] = &["0.1.0", "0.2.0", "0.2.1"];
+pub const SERVED: &[&str] = &["0.1.0", "0.2.0", "0.2.1", "0.2.2"];
 
 /// The interfaces of `cni:plugin`, the same in every served version (0.2.0
-/// changed records, 0.2.1 added functions, neither changed names).
+/// changed records, 0.2.1 and 0.2.2 added functions, none changed names).
 const INTERFACES: &[&str] = &[
     "types", "log", "network", "filter", "ipam", "store", "files", "plugin",
 ];
@@ -56,6 +56,7 @@ pub enum Version {
     V0_1,
     V0_2,
     V0_2_1,
+    V0_2_2,
 }
 
 impl Version {
@@ -64,6 +65,7 @@ impl Version {
             Version::V0_1 => "0.1.0",
             Version::V0_2 => "0.2.0",
             Version::V0_2_1 => "0.2.1",
+            Version::V0_2_2 => "0.2.2",
         }
     }
 
@@ -72,6 +74,7 @@ impl Version {
             "0.1.0" => Some(Version::V0_1),
             "0.2.0" => Some(Version::V0_2),
             "0.2.1" => Some(Version::V0_2_1),
+            "0.2.2" => Some(Version::V0_2_2),
             _ => None,
         }
     }
@@ -196,7 +199,7 @@ pub fn mismatch(version: Version, linker_error: &str) -> String {
              record has `vlan-id` and `ipvlan-mode`) matches cni:plugin@0.2.0: rebuild it \
              against 0.2.0"
         }
-        Version::V0_2 | Version::V0_2_1 => "",
+        Version::V0_2 | Version::V0_2_1 | Version::V0_2_2 => "",
     };
     format!(
         "was built against cni:plugin@{v}, but {differs} from cni:plugin@{v} as released \
@@ -219,7 +222,8 @@ mod tests {
         assert!(check_import("cni:plugin/store@0.2.1").is_ok());
         let e = check_import("cni:plugin/network@0.3.0").unwrap_err();
         assert!(
-            e.contains("cni:plugin@0.3.0") && e.contains("serves cni:plugin 0.1.0, 0.2.0, 0.2.1"),
+            e.contains("cni:plugin@0.3.0")
+                && e.contains("serves cni:plugin 0.1.0, 0.2.0, 0.2.1, 0.2.2"),
             "{e}"
         );
         // Semver-compatible in the linker's eyes, but not a version this

@@ -227,6 +227,7 @@ pub enum Import {
         #[arbitrary(with = draw::store_key)] String,
         #[arbitrary(with = draw::store_key)] String,
     ),
+    BlocksOfOtherNodes,
     Now,
     GetValue(#[arbitrary(with = draw::store_key)] String),
     SetValue(#[arbitrary(with = draw::store_key)] String, Option<String>),
@@ -1054,6 +1055,9 @@ impl ImportHarness {
             Import::Span(first, last) => {
                 split(StoreHost::span(c, first, last)).map(|r| format!("{r:?}"))
             }
+            Import::BlocksOfOtherNodes => {
+                split(StoreHost::blocks_of_other_nodes(c)).map(|r| format!("{r:?}"))
+            }
             Import::Now => StoreHost::now(c).map(|r| r.to_string()),
             Import::GetValue(name) => {
                 split(StoreHost::get_value(c, name)).map(|r| format!("{r:?}"))
@@ -1667,6 +1671,62 @@ mod tests {
             assert!(out.len() < 300, "{}", out.len());
         }
         h.check().unwrap();
+        h.finish(true).unwrap();
+    }
+
+    /// `blocks-of-other-nodes` (0.2.2): the plugin passes nothing and gets
+    /// the store's fact about its own scope, read under its lock. Asking
+    /// changes nothing, is charged like any import, and is the empty list
+    /// for a store of one node.
+    #[test]
+    fn blocks_of_other_nodes_are_the_stores_fact_and_change_nothing() {
+        /// A store shared by nodes, as the etcd store's transactions
+        /// report it: another node claimed 10.1.0.64/26 of this scope.
+        struct Shared(MemoryStore);
+        struct SharedTxn(Box<dyn wasm_cni_store::Txn>, bool);
+        impl wasm_cni_store::Txn for SharedTxn {
+            fn data(&mut self) -> &mut ScopeData {
+                self.0.data()
+            }
+            fn commit(self: Box<Self>) -> wasm_cni_store::StoreResult<()> {
+                self.0.commit()
+            }
+            fn others_blocks(&self) -> Vec<String> {
+                if self.1 {
+                    vec!["10.1.0.64/26".into()]
+                } else {
+                    Vec::new()
+                }
+            }
+        }
+        impl StateStore for Shared {
+            fn begin_by(
+                &self,
+                scope: &Scope,
+                deadline: Option<std::time::Instant>,
+            ) -> wasm_cni_store::StoreResult<Box<dyn wasm_cni_store::Txn>> {
+                let mine = scope.plugin == PLUGIN && scope.network == NETWORK;
+                Ok(Box::new(SharedTxn(self.0.begin_by(scope, deadline)?, mine)))
+            }
+            fn scopes(&self, network: &str) -> wasm_cni_store::StoreResult<Vec<String>> {
+                self.0.scopes(network)
+            }
+            fn networks(&self) -> wasm_cni_store::StoreResult<Vec<String>> {
+                self.0.networks()
+            }
+        }
+        let shared = Arc::new(Shared(MemoryStore::default()));
+        let mut h = ImportHarness::on_store(Command::Add, 3, shared.clone()).unwrap();
+        let before = h.call(Import::ListEntries).unwrap();
+        let out = h.call(Import::BlocksOfOtherNodes).unwrap();
+        assert_eq!(out, r#"Ok(["10.1.0.64/26"])"#);
+        assert_eq!(h.call(Import::ListEntries).unwrap(), before);
+        let why = h.call(Import::BlocksOfOtherNodes).unwrap_err();
+        assert!(why.contains("budget"), "{why}");
+        h.finish(false).unwrap();
+        // A store of one node has none to tell.
+        let mut h = ImportHarness::new(Command::Add, 10).unwrap();
+        assert_eq!(h.call(Import::BlocksOfOtherNodes).unwrap(), "Ok([])");
         h.finish(true).unwrap();
     }
 

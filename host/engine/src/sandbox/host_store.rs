@@ -102,17 +102,8 @@ impl Ctx {
         let owner = access.owner.clone();
         let command = access.command;
         if self.txn.is_none() {
-            // An ADD allocates from its node's share of a cluster pool
-            // first; run again with the whole pool if that was not enough.
-            let view = if command == Command::Add && !self.whole_pool {
-                wasm_cni_store::View::Own
-            } else {
-                wasm_cni_store::View::Whole
-            };
             let started = std::time::Instant::now();
-            let opened = access
-                .backend
-                .begin_for(&access.scope, Some(self.deadline), view);
+            let opened = access.backend.begin_by(&access.scope, Some(self.deadline));
             self.record(
                 "store",
                 || {
@@ -126,7 +117,6 @@ impl Ctx {
             );
             match opened {
                 Ok(mut t) => {
-                    self.narrowed = t.narrowed();
                     // A file's length is what the data was read from (or
                     // written to): at host-local's history cap, counting
                     // the data instead was 6 % of a per-invocation call.
@@ -381,6 +371,18 @@ impl Host for Ctx {
             let (first, last) = span_bounds(&first, &last)?;
             Ok(summarize(data, first, last))
         })
+    }
+
+    fn blocks_of_other_nodes(&mut self) -> R<Vec<String>> {
+        // The store's fact, from the snapshot the transaction read: the
+        // plugin passes nothing, and what it gets is bounded by what one
+        // read of the scope may hold.
+        self.with_scope(|_, _, _, _| Ok(()))?;
+        Ok(self
+            .txn
+            .as_ref()
+            .map(|t| t.others_blocks())
+            .unwrap_or_default())
     }
 
     fn now(&mut self) -> wasmtime::Result<u64> {

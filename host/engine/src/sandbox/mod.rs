@@ -689,9 +689,10 @@ impl Runtime {
             contract::Version::V0_1 => {
                 Bound::V0_1(bindings::v0_1_0::PluginHostPre::new(pre).map_err(invalid)?)
             }
-            // 0.2.1 only added functions: a 0.2.0 component's imports and
-            // export match the current ones by wasmtime's semver rules.
-            contract::Version::V0_2 | contract::Version::V0_2_1 => {
+            // 0.2.1 and 0.2.2 only added functions: an older 0.2 component's
+            // imports and export match the current ones by wasmtime's semver
+            // rules.
+            contract::Version::V0_2 | contract::Version::V0_2_1 | contract::Version::V0_2_2 => {
                 Bound::Now(PluginHostPre::new(pre).map_err(invalid)?)
             }
         };
@@ -750,28 +751,8 @@ impl Runtime {
             .checked_add(std::time::Duration::from_millis(limits.deadline_ms))
             .unwrap_or(started + std::time::Duration::from_secs(86_400));
         let mut pause = std::time::Duration::from_micros(500);
-        let mut whole_pool = false;
         loop {
-            let mut narrowed_failure = false;
-            let once = self.call_once(
-                plugin,
-                &limits,
-                services.clone(),
-                &call,
-                deadline,
-                whole_pool,
-                &mut narrowed_failure,
-            );
-            // An ADD that failed on its node's share of a cluster pool
-            // borrows from the rest (the plugin changed nothing else).
-            if narrowed_failure && !whole_pool {
-                wasm_cni_base::log::debug(format_args!(
-                    "{}: ADD failed on its node's share of the pool; running it with the whole pool",
-                    plugin.name
-                ));
-                whole_pool = true;
-                continue;
-            }
+            let once = self.call_once(plugin, &limits, services.clone(), &call, deadline);
             match once {
                 Err(CallError::Store {
                     source: source @ StoreError::Conflict(_),
@@ -807,7 +788,6 @@ impl Runtime {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn call_once(
         &self,
         plugin: &Plugin,
@@ -815,8 +795,6 @@ impl Runtime {
         services: Arc<dyn Services>,
         call: &Call<'_>,
         deadline: std::time::Instant,
-        whole_pool: bool,
-        narrowed_failure: &mut bool,
     ) -> Result<Option<wit::CniResult>, CallError> {
         let verb = call.verb();
         let limits = *limits;
@@ -828,7 +806,6 @@ impl Runtime {
             limits.deadline_ms,
             services,
         );
-        ctx.whole_pool = whole_pool;
         ctx.config_files = host_files::allowed_paths(call.config());
         // The epoch (and so the deadline) advances while this call runs.
         let _running = self.shared.ticker.running();
@@ -913,9 +890,6 @@ impl Runtime {
         // The store transaction commits only if the plugin succeeded.
         let txn = store.data_mut().txn.take();
         let acted = store.data().acted;
-        if let (Ok(Err(_)), Some(t)) = (&outcome, &txn) {
-            *narrowed_failure = t.narrowed() && !acted && std::time::Instant::now() < deadline;
-        }
         let outcome = match (outcome, txn) {
             (Ok(Ok(r)), Some(txn)) => match txn.commit() {
                 Ok(()) => Ok(Ok(r)),

@@ -51,11 +51,6 @@ pub struct Ctx {
     /// a link, a rule, an IPAM delegate's allocation. Such a call is not
     /// run again when its state commit conflicts.
     pub(crate) acted: bool,
-    /// Show this call's ADD the whole pool of a cluster store, not first
-    /// its node's share (the second run of a narrowed ADD that failed).
-    pub(crate) whole_pool: bool,
-    /// Its store transaction hid other nodes' blocks.
-    pub(crate) narrowed: bool,
     /// Bytes logged in this call, against [`super::host_log::MAX_LOG_BYTES`].
     pub(crate) log_bytes: usize,
     /// Links this call found to still be the ones the attachment created
@@ -102,8 +97,6 @@ impl Ctx {
             deadline,
             deadline_ms,
             acted: false,
-            whole_pool: false,
-            narrowed: false,
             log_bytes: 0,
             verified: HashSet::new(),
             services,
