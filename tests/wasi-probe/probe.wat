@@ -34,7 +34,7 @@
   (import "wasi:filesystem/types@0.2.12" "[method]descriptor.open-at"
     (func $open_at (param i32 i32 i32 i32 i32 i32 i32)))
   ;; (netns, return area)
-  (import "cni:plugin/network@0.2.1" "[method]netns.list-links"
+  (import "cni:plugin/network@0.2.2" "[method]netns.list-links"
     (func $list_links (param i32 i32)))
 
   (memory (export "memory") 2)
@@ -156,15 +156,15 @@
       (br_if $mark (i32.lt_u (local.get $p) (local.get $end))))
     (call $fail (i32.const 5) (i32.const 1900) (i32.const 47)))
 
-  (func (export "cni:plugin/plugin@0.2.1#add") (param i32) (result i32)
+  (func (export "cni:plugin/plugin@0.2.2#add") (param i32) (result i32)
     (if (i32.eq (global.get $attack) (i32.const 3)) (then (return (call $residue))))
     (if (i32.eq (global.get $attack) (i32.const 0)) (then (return (call $sockets))))
     (if (i32.eq (global.get $attack) (i32.const 1)) (then (return (call $filesystem))))
     (if (i32.eq (global.get $attack) (i32.const 2)) (then (return (call $netns))))
     (call $fail (i32.const 7) (i32.const 1500) (i32.const 14)))
 
-  (func (export "cni:plugin/plugin@0.2.1#del") (param i32) (result i32) (call $ok))
-  (func (export "cni:plugin/plugin@0.2.1#check") (param i32) (result i32) (call $ok))
-  (func (export "cni:plugin/plugin@0.2.1#status") (param i32 i32) (result i32) (call $ok))
-  (func (export "cni:plugin/plugin@0.2.1#gc") (param i32 i32 i32 i32) (result i32) (call $ok))
+  (func (export "cni:plugin/plugin@0.2.2#del") (param i32) (result i32) (call $ok))
+  (func (export "cni:plugin/plugin@0.2.2#check") (param i32) (result i32) (call $ok))
+  (func (export "cni:plugin/plugin@0.2.2#status") (param i32 i32) (result i32) (call $ok))
+  (func (export "cni:plugin/plugin@0.2.2#gc") (param i32 i32 i32 i32) (result i32) (call $ok))
 )
