@@ -61,9 +61,7 @@ use wasm_cni_model::net::{
     self as host_net, IpvlanMode as HostIpvlan, LinkChange, LinkId, LinkInfo,
     MacvlanMode as HostMode, MemoryNet, Net, NsId as HostNs,
 };
-use wasm_cni_model::policy::{
-    Ask, Basis, ConfigGrants, FilterNeed, FilterOp, Grants, PortGrant, Side,
-};
+use wasm_cni_model::policy::{Ask, ConfigGrants, FilterNeed, FilterOp, Grants, PortGrant, Side};
 use wasm_cni_model::Command;
 
 /// The netns path the fake's requests carry.
@@ -430,37 +428,25 @@ impl World {
             return Ok(());
         }
         let grants = self.grants();
-        for ask in asks {
-            let basis = match ask.verdict(&grants) {
-                Ok(basis) => basis,
-                Err(why) => {
-                    // As the host: deleting what is not there is "not
-                    // found", whoever asks.
-                    if let Ask::Delete(_, ns, name) = ask {
-                        if let Err(host_net::NetError::NotFound(_)) =
-                            self.net.link_by_name(*ns, name)
-                        {
-                            return Err(NetError::NotFound(format!("link {name:?}")));
-                        }
-                    }
-                    return Err(NetError::Refused(why));
-                }
-            };
-            if let (Basis::Created(name, id), Some((side, ns))) = (&basis, ask.place()) {
-                self.verify_created(side, ns, name, id)?;
-            }
+        let created = &mut self.created;
+        let guarded = live::guard(
+            asks,
+            &grants,
+            &mut self.net,
+            |net, side, ns, name, id| confirm_created(net, created, side, ns, name, id),
+            |_, _| {},
+        );
+        match guarded {
+            Ok(()) => Ok(()),
+            Err(live::Stop::Missing(name)) => Err(NetError::NotFound(format!("link {name:?}"))),
+            Err(live::Stop::Refused(why)) => Err(NetError::Refused(why)),
+            Err(live::Stop::Lapsed(e)) => Err(err(e)),
         }
-        Ok(())
     }
 
-    /// [`live::verify_created`], forgetting a link that is no longer the
-    /// attachment's, as the host's ledger does.
+    /// [`confirm_created`] of this world's links.
     fn verify_created(&mut self, side: Side, ns: HostNs, name: &str, id: &LinkId) -> NetResult<()> {
-        let live = live::verify_created(&mut self.net, side, ns, name, id);
-        if let Err(host_net::NetError::NotFound(_)) = &live {
-            self.created[NsId::of(side).index()].remove(name);
-        }
-        live.map_err(err)
+        confirm_created(&mut self.net, &mut self.created, side, ns, name, id).map_err(err)
     }
 
     /// Records a link created through `Ops` as the attachment's own.
@@ -487,6 +473,23 @@ impl World {
             Err(_) => Vec::new(),
         }
     }
+}
+
+/// [`live::verify_created`], forgetting a link that is no longer the
+/// attachment's, as the host's ledger does.
+fn confirm_created(
+    net: &mut dyn host_net::Net,
+    created: &mut [BTreeMap<String, LinkId>; 2],
+    side: Side,
+    ns: HostNs,
+    name: &str,
+    id: &LinkId,
+) -> Result<(), host_net::NetError> {
+    let live = live::verify_created(net, side, ns, name, id);
+    if let Err(host_net::NetError::NotFound(_)) = &live {
+        created[NsId::of(side).index()].remove(name);
+    }
+    live
 }
 
 /// The fake host. Clones share one world.

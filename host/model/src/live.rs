@@ -7,7 +7,54 @@
 use std::collections::BTreeMap;
 
 use crate::net::{LinkId, Net, NetError, NsId};
-use crate::policy::Side;
+use crate::policy::{Ask, Basis, Grants, Side};
+
+/// Why a batch of asks may not act ([`guard`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Stop {
+    /// Deleting a link (named here) that is not there: "not found",
+    /// whoever asks, so that a second DEL, whose grant went with the
+    /// attachment, sees what it can handle. Listing links tells as much.
+    Missing(String),
+    /// The policy's refusal, in its words.
+    Refused(String),
+    /// A grant rested on a link the attachment created, and the live link
+    /// is gone or another ([`verify_created`]), or the backend failed.
+    Lapsed(NetError),
+}
+
+/// The one guard before an import acts, run by the host's imports and by
+/// the SDK's fake host alike: each ask's verdict under `grants`, in order,
+/// the first refusal ending the batch. A grant that rests on a link the
+/// attachment created is confirmed against the live link by `confirm`
+/// (which also forgets one that lapsed, and may skip a link it confirmed
+/// earlier in the call). `granted` sees each ask with what allowed it.
+pub fn guard(
+    asks: &[Ask<'_>],
+    grants: &Grants,
+    net: &mut dyn Net,
+    mut confirm: impl FnMut(&mut dyn Net, Side, NsId, &str, &LinkId) -> Result<(), NetError>,
+    mut granted: impl FnMut(&Ask<'_>, &Basis),
+) -> Result<(), Stop> {
+    for ask in asks {
+        let basis = match ask.verdict(grants) {
+            Ok(basis) => basis,
+            Err(why) => {
+                if let Ask::Delete(_, ns, name) = ask {
+                    if let Err(NetError::NotFound(_)) = net.link_by_name(*ns, name) {
+                        return Err(Stop::Missing((*name).to_string()));
+                    }
+                }
+                return Err(Stop::Refused(why));
+            }
+        };
+        if let (Basis::Created(name, id), Some((side, ns))) = (&basis, ask.place()) {
+            confirm(net, side, ns, name, id).map_err(Stop::Lapsed)?;
+        }
+        granted(ask, &basis);
+    }
+    Ok(())
+}
 
 /// A grant resting on "the attachment created this link" holds only while
 /// the link of that name is the one it created. A link that is gone, or was

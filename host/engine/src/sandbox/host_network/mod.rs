@@ -310,45 +310,42 @@ impl Ctx {
             Err(_) => return Err(wasmtime::Error::msg("network backend poisoned").into()),
         };
         let mut journal = Journal::default();
-        for ask in asks {
-            let basis = match ask.verdict(&grants) {
-                Ok(b) => b,
-                // Deleting what is not there is "not found", whoever asks: a
-                // second DEL that deletes its link by name (the attachment,
-                // and with it the grant, is gone) sees what it can handle.
-                // Listing links tells the same, so nothing leaks.
-                Err(why) => match ask {
-                    Ask::Delete(_, ns, name)
-                        if matches!(
-                            backend.link_by_name(*ns, name),
-                            Err(NetError::NotFound(_))
-                        ) =>
-                    {
-                        return Err(WitError::NotFound(format!("link {name:?}")).into())
-                    }
-                    _ => {
-                        self.record("netlink", || why.clone(), Instant::now(), true);
-                        return Err(self.refuse(why).into());
-                    }
-                },
-            };
-            let place = ask.place();
-            if let (Basis::Created(name, id), Some((side, ns))) = (&basis, place) {
-                let key = (side, ns, name.clone(), id.index);
-                if !self.verified.contains(&key) {
-                    if let Err(e) = verify_created(backend.as_mut(), &access, side, ns, name, id) {
-                        log::warn(format_args!("plugin {}: {e}", self.plugin));
-                        return Err(to_wit(e).into());
-                    }
-                    // Checked once per call: the plugin's own deletes clear
-                    // this (a veth takes its peer along).
-                    self.verified.insert(key);
+        let add = access.command == Command::Add;
+        let verified = &mut self.verified;
+        let guarded = live::guard(
+            asks,
+            &grants,
+            backend.as_mut(),
+            |net, side, ns, name, id| {
+                // Checked once per call: the plugin's own deletes clear
+                // this (a veth takes its peer along).
+                let key = (side, ns, name.to_string(), id.index);
+                if !verified.contains(&key) {
+                    verify_created(net, &access, side, ns, name, id)?;
+                    verified.insert(key);
                 }
+                Ok(())
+            },
+            |ask, basis| {
+                journal.asks.push(
+                    ask.place()
+                        .map(|(side, _)| (side, add && *basis == Basis::Granted)),
+                );
+            },
+        );
+        match guarded {
+            Ok(()) => {}
+            Err(live::Stop::Missing(name)) => {
+                return Err(WitError::NotFound(format!("link {name:?}")).into())
             }
-            let add = access.command == Command::Add;
-            journal
-                .asks
-                .push(place.map(|(side, _)| (side, add && basis == Basis::Granted)));
+            Err(live::Stop::Refused(why)) => {
+                self.record("netlink", || why.clone(), Instant::now(), true);
+                return Err(self.refuse(why).into());
+            }
+            Err(live::Stop::Lapsed(e)) => {
+                log::warn(format_args!("plugin {}: {e}", self.plugin));
+                return Err(to_wit(e).into());
+            }
         }
         // Within the attachment's caps, counted before acting: a refused
         // request changes nothing.
