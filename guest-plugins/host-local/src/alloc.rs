@@ -101,6 +101,18 @@ pub struct SpanCount {
     pub oldest: Option<(u64, IpAddr)>,
 }
 
+impl SpanCount {
+    /// Count another, disjoint span in with this one.
+    fn add(&mut self, other: SpanCount) {
+        self.entries += other.entries;
+        self.released += other.released;
+        self.oldest = match (self.oldest, other.oldest) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+}
+
 /// The questions the reuse policy asks of the store. The component asks
 /// the host (`store.lookup`, `store.span`: a call costs what it looks at,
 /// not the whole history); a map of every slot answers the same in the
@@ -258,13 +270,7 @@ impl<S: Slots + ?Sized> Slots for Elsewhere<'_, S> {
     fn span(&self, first: IpAddr, last: IpAddr) -> Result<SpanCount, AllocError> {
         let mut all = SpanCount::default();
         for (a, b) in self.gaps(first, last) {
-            let c = self.slots.span(a, b)?;
-            all.entries += c.entries;
-            all.released += c.released;
-            all.oldest = match (all.oldest, c.oldest) {
-                (Some(x), Some(y)) => Some(x.min(y)),
-                (x, y) => x.or(y),
-            };
+            all.add(self.slots.span(a, b)?);
         }
         Ok(all)
     }
@@ -296,13 +302,7 @@ impl<S: Slots + ?Sized> Pool<'_, S> {
     fn count(&self) -> Result<SpanCount, AllocError> {
         let mut all = SpanCount::default();
         for r in &self.set.0 {
-            let c = self.slots.span(r.start, r.end)?;
-            all.entries += c.entries;
-            all.released += c.released;
-            all.oldest = match (all.oldest, c.oldest) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            all.add(self.slots.span(r.start, r.end)?);
         }
         Ok(all)
     }
