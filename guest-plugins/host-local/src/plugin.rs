@@ -297,15 +297,17 @@ pub fn add<H: Host>(host: &H, req: &Request) -> Result<IpamResult, CniError> {
                     slots: &elsewhere,
                 };
                 match pool.choose(&owner, None, last, now, &conf.policy) {
-                    Err(e @ AllocError::Store(_)) => return Err(alloc_error(idx, e, &conf)),
-                    Err(e) => {
+                    Ok(chosen) => Some(chosen),
+                    // Nothing free here (never used, or out of quarantine).
+                    Err(e @ (AllocError::Exhausted { .. } | AllocError::Quarantined { .. })) => {
                         host.log(
                             Level::Debug,
                             &format!("range set {idx}: {e}; borrowing from other nodes' blocks"),
                         );
                         None
                     }
-                    Ok(chosen) => Some(chosen),
+                    // A duplicate or the store failing: the same anywhere.
+                    Err(e) => return Err(alloc_error(idx, e, &conf)),
                 }
             }
             _ => None,

@@ -688,6 +688,17 @@ fn other_nodes_blocks_are_taken_from_last() {
     // A requested address in another node's block is given.
     let asked = f.add_with("r", "eth0", &c, &[("IP", "10.9.0.40")]).unwrap();
     assert_eq!(addrs(&asked), ["10.9.0.40/26"]);
+    // A duplicate is refused as such, not borrowed around.
+    let seen = f.logs.borrow().len();
+    let e = f.add("b2", &c).unwrap_err();
+    assert!(
+        e.msg.contains("duplicate allocation is not allowed"),
+        "{}",
+        e.msg
+    );
+    assert!(!f.logs.borrow()[seen..]
+        .iter()
+        .any(|l| l.contains("borrowing")));
     // A store of one node: no preference, the round-robin as before.
     let g = Fake::new();
     assert_eq!(addrs(&g.add("a", &c).unwrap()), ["10.9.0.2/26"]);
