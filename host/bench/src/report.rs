@@ -238,32 +238,9 @@ impl Report {
             "| metric | reference | wasm-cni | daemon | wasm-cni ÷ reference | daemon ÷ reference |\n|---|---|---|---|---|---|"
         );
         for (name, f_) in metrics {
-            let [r, w, dm] = pick(name, chain, &self.chain_rss);
-            let (a, b, c) = (column(r, f_), column(w, f_), column(dm, f_));
-            let _ = writeln!(
-                body,
-                "| {name} | {} | {} | {} | {} | {} |",
-                cell(&summarize(&a)),
-                cell(&summarize(&b)),
-                cell(&summarize(&c)),
-                ratio_cell(&paired_ratio(&a, &b)),
-                ratio_cell(&paired_ratio(&a, &c)),
-            );
+            sides_row(body, name, pick(name, chain, &self.chain_rss), f_);
         }
-        let (a, b, c) = (
-            column(r, Run::cpu_ms),
-            column(w, Run::cpu_ms),
-            column(dm, Run::cpu_ms),
-        );
-        let _ = writeln!(
-            body,
-            "| CPU per chain ADD+DEL, ms | {} | {} | {} | {} | {} |",
-            cell(&summarize(&a)),
-            cell(&summarize(&b)),
-            cell(&summarize(&c)),
-            ratio_cell(&paired_ratio(&a, &b)),
-            ratio_cell(&paired_ratio(&a, &c)),
-        );
+        sides_row(body, "CPU per chain ADD+DEL, ms", chain, Run::cpu_ms);
         let _ = writeln!(
             body,
             "| processes per cycle | {} (+2 host-local) | {} | {} (+ the daemon) | | |",
@@ -346,33 +323,9 @@ impl Report {
             );
             let rss = Some(rss.clone());
             for (name, f_) in metrics {
-                let [r, w, dm] = pick(name, full, &rss);
-                let (a, b, c) = (column(r, f_), column(w, f_), column(dm, f_));
-                let _ = writeln!(
-                    body,
-                    "| {name} | {} | {} | {} | {} | {} |",
-                    cell(&summarize(&a)),
-                    cell(&summarize(&b)),
-                    cell(&summarize(&c)),
-                    ratio_cell(&paired_ratio(&a, &b)),
-                    ratio_cell(&paired_ratio(&a, &c)),
-                );
+                sides_row(body, name, pick(name, full, &rss), f_);
             }
-            let [r, w, dm] = full;
-            let (a, b, c) = (
-                column(r, Run::cpu_ms),
-                column(w, Run::cpu_ms),
-                column(dm, Run::cpu_ms),
-            );
-            let _ = writeln!(
-                body,
-                "| CPU per chain ADD+DEL, ms | {} | {} | {} | {} | {} |",
-                cell(&summarize(&a)),
-                cell(&summarize(&b)),
-                cell(&summarize(&c)),
-                ratio_cell(&paired_ratio(&a, &b)),
-                ratio_cell(&paired_ratio(&a, &c)),
-            );
+            sides_row(body, "CPU per chain ADD+DEL, ms", full, Run::cpu_ms);
         }
         // ipMasq + portmap: steps 1 and 2 over step 0.
         if let (Some((base, _)), Some((pm, _))) = (self.filtered.first(), self.filtered.get(2)) {
@@ -416,19 +369,10 @@ impl Report {
             "| metric | netavark | wasm-cni | daemon | wasm-cni ÷ netavark | daemon ÷ netavark |\n|---|---|---|---|---|---|"
         );
         for (name, f_) in metrics {
-            let [n, w, dm] = pick(name, nv, &self.netavark_rss);
-            let (a, b, c) = (column(n, f_), column(w, f_), column(dm, f_));
-            let _ = writeln!(
-                body,
-                "| {} | {} | {} | {} | {} | {} |",
-                name.replace("ADD", "ADD (setup)")
-                    .replace("DEL", "DEL (teardown)"),
-                cell(&summarize(&a)),
-                cell(&summarize(&b)),
-                cell(&summarize(&c)),
-                ratio_cell(&paired_ratio(&a, &b)),
-                ratio_cell(&paired_ratio(&a, &c)),
-            );
+            let label = name
+                .replace("ADD", "ADD (setup)")
+                .replace("DEL", "DEL (teardown)");
+            sides_row(body, &label, pick(name, nv, &self.netavark_rss), f_);
         }
         let add = paired_ratio(&column(n, Run::add_wall_ms), &column(dm, Run::add_wall_ms));
         heads.push(Headline {
@@ -950,4 +894,19 @@ impl Report {
             met: ratio >= 2.0,
         });
     }
+}
+
+/// A table row of three sides' medians (p25–p75) and the second and the
+/// third side over the first, paired by round.
+fn sides_row(body: &mut String, label: &str, sides: &[Vec<Run>; 3], f: impl Fn(&Run) -> f64) {
+    let [a, b, c] = sides.each_ref().map(|runs| column(runs, &f));
+    let _ = writeln!(
+        body,
+        "| {label} | {} | {} | {} | {} | {} |",
+        cell(&summarize(&a)),
+        cell(&summarize(&b)),
+        cell(&summarize(&c)),
+        ratio_cell(&paired_ratio(&a, &b)),
+        ratio_cell(&paired_ratio(&a, &c)),
+    );
 }
