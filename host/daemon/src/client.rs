@@ -66,7 +66,7 @@ fn in_process(
 /// OpenTelemetry variables of the runtime's environment; none when
 /// `OTEL_SDK_DISABLED=true`. Nothing is parsed when nothing asks for it.
 fn trace_endpoint(vars: &[(String, String)], stdin: &[u8]) -> Option<String> {
-    let var = |k: &str| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    let var = |k: &str| super::lookup(vars, k).map(str::to_string);
     if var("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
         return None;
     }
