@@ -285,6 +285,19 @@ fn a_non_root_peer_passes_its_namespace_as_a_descriptor() {
         .state_dir()
         .join("networks/tbnet4n/n2:eth0.json")
         .exists());
+
+    // The descriptor, not the name, says where: a request naming the
+    // daemon's own namespace by path, with the container's descriptor,
+    // works in the container and leaves the node's namespace alone.
+    let file = add_request(req.path(), "n3", "/proc/self/ns/net", &conf);
+    open_to_nobody_file(&req);
+    let answer = hostile_peer(NOBODY, &d.socket, "send", &file, &["--fd", &pod.ctr.path()]);
+    let answer: Value = serde_json::from_str(answer.trim()).unwrap();
+    let stdout: Value = serde_json::from_str(answer["stdout"].as_str().unwrap()).unwrap();
+    assert!(stdout.get("code").is_none(), "{stdout}");
+    assert!(pod.ctr.link("eth0").is_some(), "{stdout}");
+    assert!(pod.node.link("eth0").is_none());
+    assert!(pod.node.link("tbnn3").is_some());
 }
 
 #[test]

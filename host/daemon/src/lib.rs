@@ -658,7 +658,7 @@ fn receive(
         }
     };
     match announced_descriptor(&request, fds) {
-        Ok(fd) => peer.netns = fd,
+        Ok(fd) => peer.netns = fd.map(Arc::new),
         Err(why) => {
             refuse(
                 shared,

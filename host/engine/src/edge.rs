@@ -7,7 +7,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use crate::chain::{Attachment, Executor, StepReport};
+use crate::chain::{Attachment, Executor, Passed, StepReport};
 use crate::error::HostError;
 use crate::sandbox::{Runtime, SharedEngine};
 use wasm_cni_base::log;
@@ -259,7 +259,7 @@ pub struct Peer {
     pub gid: u32,
     pub pid: u32,
     /// The container's network namespace, a descriptor the peer passed.
-    pub netns: Option<OwnedFd>,
+    pub netns: Option<Arc<OwnedFd>>,
     /// The directories a non-root peer's networks use (the operator's
     /// choice: its config may name none).
     pub dirs: PeerDirs,
@@ -280,23 +280,6 @@ impl Peer {
     pub fn is_root(&self) -> bool {
         self.uid == 0
     }
-}
-
-/// This process's pid as the mounted /proc names it (what /proc/self
-/// points to): the same as its own pid in a pod, which mounts a /proc of
-/// its pid namespace, but not in a pid namespace that kept the node's
-/// /proc, where `getpid()` would name another process. A path of pid form
-/// rather than /proc/self, so that a native plugin's process, given it,
-/// reaches this process's descriptor.
-fn proc_pid() -> &'static str {
-    static PID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    PID.get_or_init(|| {
-        std::fs::read_link("/proc/self")
-            .ok()
-            .and_then(|p| p.to_str().map(str::to_string))
-            .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
-            .unwrap_or_else(|| std::process::id().to_string())
-    })
 }
 
 /// Run one CNI invocation on a [`Host`] that others may share.
@@ -501,17 +484,15 @@ fn dispatch(
         container_id: inv.container_id.clone(),
         ifname: inv.ifname.clone(),
         netns: inv.netns.clone(),
-        // The namespace the peer opened, reachable (also by a native
-        // plugin's process) while this process holds the descriptor.
-        // A non-root peer's namespace only as it passed it (none: an empty
-        // path the host does not open).
-        netns_open: match peer {
+        // The namespace as the peer opened it, held for the call. A
+        // non-root peer's namespace only as it passed it: never by name.
+        passed: match peer {
             Some(p) => match &p.netns {
-                Some(fd) => Some(format!("/proc/{}/fd/{}", proc_pid(), fd.as_raw_fd())),
-                None if !p.is_root() => Some(String::new()),
-                None => None,
+                Some(fd) => Passed::Descriptor(fd.clone()),
+                None if !p.is_root() => Passed::Nothing,
+                None => Passed::ByName,
             },
-            None => None,
+            None => Passed::ByName,
         },
         peer_uid: peer.filter(|p| !p.is_root()).map(|p| p.uid),
         args: inv.args.clone(),

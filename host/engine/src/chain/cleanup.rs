@@ -4,13 +4,11 @@
 //! reverse). Links are touched only while they are still the ones created:
 //! same name, ifindex and kind.
 
-use std::path::Path;
-
 use crate::error::HostError;
 use crate::sandbox::policy::Side;
 use crate::sandbox::{Change, CreatedLinks, Undo};
 use wasm_cni_base::log;
-use wasm_cni_kernel::net::{LinkChange, LinkId, Net, NetError, NsId, NsRef};
+use wasm_cni_kernel::net::{LinkChange, LinkId, Net, NetError, NsId, NsRef, NsSource};
 
 /// The two namespaces of an attachment, as far as they still exist.
 pub(super) struct Sides {
@@ -20,13 +18,12 @@ pub(super) struct Sides {
 }
 
 impl Sides {
-    pub fn open(net: &mut dyn Net, netns: Option<&str>) -> Result<Self, HostError> {
+    pub fn open(net: &mut dyn Net, netns: Option<NsSource>) -> Result<Self, HostError> {
         let node = net
             .open(NsRef::Current)
             .map_err(|e| HostError::internal(format!("opening the node namespace: {e}")))?;
         let container = netns
-            .filter(|p| !p.is_empty())
-            .and_then(|p| net.open(NsRef::Path(Path::new(p))).ok())
+            .and_then(|ns| net.open(ns.as_ref()).ok())
             .filter(|id| !net.same_ns(*id, node));
         Ok(Sides { node, container })
     }

@@ -24,6 +24,7 @@ mod services;
 
 use std::collections::BTreeSet;
 use std::io;
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -43,7 +44,7 @@ use wasm_cni_base::log;
 use wasm_cni_image::trust::Policy;
 use wasm_cni_image::{ImageError, ImageRef, ImageStore};
 use wasm_cni_kernel::filter::{Filter, Tag};
-use wasm_cni_kernel::net::{LinkId, Net};
+use wasm_cni_kernel::net::{LinkId, Net, NsSource};
 use wasm_cni_protocol::config::{ChainEntry, NetConf};
 use wasm_cni_protocol::result::{self, CniResult};
 use wasm_cni_protocol::{CniError, Command, ErrorCode};
@@ -60,9 +61,8 @@ pub struct Attachment {
     /// CNI_NETNS as the runtime gave it: what plugins see and the record
     /// keeps.
     pub netns: Option<String>,
-    /// Where the host opens the container's namespace when not at `netns`:
-    /// a descriptor the daemon's peer passed (`/proc/<pid>/fd/<n>`).
-    pub netns_open: Option<String>,
+    /// How a daemon's peer passed the namespace, if through a daemon.
+    pub passed: Passed,
     /// The uid of the daemon peer that asked, when not root: a namespace
     /// path it named is never opened by the host on its behalf, now or
     /// later (GC).
@@ -70,10 +70,42 @@ pub struct Attachment {
     pub args: Vec<(String, String)>,
 }
 
+/// How a daemon's peer passed the container's namespace.
+#[derive(Debug, Clone, Default)]
+pub enum Passed {
+    /// By name only (a process of one call, or a root peer that passed no
+    /// descriptor): the host opens `netns`.
+    #[default]
+    ByName,
+    /// As the descriptor the peer opened with its own credentials, held
+    /// for the call: nothing is opened by name.
+    Descriptor(Arc<OwnedFd>),
+    /// Not at all: a non-root peer's path is never opened on its behalf.
+    Nothing,
+}
+
+impl PartialEq for Passed {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Passed::ByName, Passed::ByName) | (Passed::Nothing, Passed::Nothing) => true,
+            (Passed::Descriptor(a), Passed::Descriptor(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
 impl Attachment {
     /// Where the host opens the container's namespace, if anywhere.
-    pub fn netns_path(&self) -> Option<&str> {
-        self.netns_open.as_deref().or(self.netns.as_deref())
+    pub fn container_ns(&self) -> Option<NsSource> {
+        match &self.passed {
+            Passed::Descriptor(fd) => Some(NsSource::Fd(fd.clone())),
+            Passed::Nothing => None,
+            Passed::ByName => self
+                .netns
+                .as_deref()
+                .filter(|p| !p.is_empty())
+                .map(|p| NsSource::Path(p.into())),
+        }
     }
 }
 
@@ -423,7 +455,7 @@ impl Executor {
             .net
             .lock()
             .map_err(|_| HostError::internal("network backend poisoned"))?;
-        let sides = Sides::open(net.as_mut(), att.netns_path())?;
+        let sides = Sides::open(net.as_mut(), att.container_ns())?;
         f(net.as_mut(), &sides)
     }
 

@@ -5,6 +5,7 @@
 //! any runtime: the sandbox applies to components only.
 
 use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command as Process, Stdio};
@@ -12,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::Attachment;
+use super::{Attachment, Passed};
 use crate::error::HostError;
 use crate::sandbox::{valid_type_name, CallError};
 use wasm_cni_protocol::result::{self, CniResult};
@@ -83,7 +84,7 @@ pub fn exec(
     let mut child = Process::new(path)
         .env("CNI_COMMAND", command.as_str())
         .env("CNI_CONTAINERID", &att.container_id)
-        .env("CNI_NETNS", att.netns_path().unwrap_or(""))
+        .env("CNI_NETNS", netns_for_native(att))
         .env("CNI_IFNAME", &att.ifname)
         .env("CNI_ARGS", args.join(";"))
         .env("CNI_PATH", joined)
@@ -189,4 +190,32 @@ mod tests {
         assert_eq!(find(&path, "../tool"), None);
         std::fs::remove_dir_all(&dir).unwrap();
     }
+}
+
+/// CNI_NETNS for a native plugin's process, which can only be given a
+/// path: a descriptor the peer passed as this process's `/proc` entry for
+/// it, which stays that namespace while the call holds the descriptor.
+fn netns_for_native(att: &Attachment) -> String {
+    match &att.passed {
+        Passed::Descriptor(fd) => format!("/proc/{}/fd/{}", proc_pid(), fd.as_raw_fd()),
+        Passed::Nothing => String::new(),
+        Passed::ByName => att.netns.clone().unwrap_or_default(),
+    }
+}
+
+/// This process's pid as the mounted /proc names it (what /proc/self
+/// points to): the same as its own pid in a pod, which mounts a /proc of
+/// its pid namespace, but not in a pid namespace that kept the node's
+/// /proc, where `getpid()` would name another process. A path of pid form
+/// rather than /proc/self, so that a native plugin's process, given it,
+/// reaches this process's descriptor.
+fn proc_pid() -> &'static str {
+    static PID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PID.get_or_init(|| {
+        std::fs::read_link("/proc/self")
+            .ok()
+            .and_then(|p| p.to_str().map(str::to_string))
+            .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+            .unwrap_or_else(|| std::process::id().to_string())
+    })
 }

@@ -443,10 +443,7 @@ impl<'e> Operation<'e> {
         let att = self.att;
         NetAccess {
             backend: exec.net.clone(),
-            container_path: att
-                .netns_path()
-                .filter(|p| !p.is_empty())
-                .map(std::path::PathBuf::from),
+            container: att.container_ns(),
             ifname: att.ifname.clone(),
             command,
             config: ConfigGrants::from_config(&entry.plugin_type, &entry.raw),

@@ -42,7 +42,7 @@ use super::state::Ctx;
 use super::{CniResultWit, FilterAccess, IpamOp, Ledger, NetAccess, Services, StoreAccess};
 use wasm_cni_kernel::filter::{Filter, MemoryFilter, Owned, Proto, Rule, Tag};
 use wasm_cni_kernel::net::{
-    self, IpNet, IpNetFamily, LinkInfo, MemoryNet, Net, NsId, NsRef, Route,
+    self, IpNet, IpNetFamily, LinkInfo, MemoryNet, Net, NsId, NsRef, NsSource, Route,
 };
 use wasm_cni_protocol::{CniError, Command, ErrorCode};
 use wasm_cni_store::{Entry, MemoryStore, Owner, Scope, ScopeData, StateStore};
@@ -683,7 +683,7 @@ impl ImportHarness {
             },
             net: NetAccess {
                 backend: net.clone(),
-                container_path: Some(PathBuf::from(CONTAINER)),
+                container: Some(NsSource::Path(PathBuf::from(CONTAINER))),
                 ifname: "eth0".into(),
                 command,
                 config: ConfigGrants {

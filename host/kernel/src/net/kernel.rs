@@ -22,7 +22,6 @@ use std::io::{self, Write};
 use std::net::IpAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
 
 use netlink_packet_core::{DefaultNla, Nla, NLM_F_REPLACE};
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};

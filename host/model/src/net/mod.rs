@@ -20,8 +20,11 @@
 #[cfg(feature = "memory")]
 mod memory;
 
+use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
-use std::path::Path;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 #[cfg(feature = "memory")]
 pub use memory::MemoryNet;
@@ -320,6 +323,36 @@ pub enum NsRef<'a> {
     Current,
     /// A namespace file such as `/run/netns/NAME` or `/proc/PID/ns/net`.
     Path(&'a Path),
+    /// A namespace already open, such as the one a daemon's peer opened
+    /// with its own credentials: nothing is looked up by name.
+    Fd(BorrowedFd<'a>),
+}
+
+/// A container namespace held for the length of a call: a file to open, or
+/// a descriptor already open. Shown in errors without the descriptor's
+/// number, which means nothing to the reader.
+#[derive(Debug, Clone)]
+pub enum NsSource {
+    Path(PathBuf),
+    Fd(Arc<OwnedFd>),
+}
+
+impl NsSource {
+    pub fn as_ref(&self) -> NsRef<'_> {
+        match self {
+            NsSource::Path(p) => NsRef::Path(p),
+            NsSource::Fd(fd) => NsRef::Fd(fd.as_fd()),
+        }
+    }
+}
+
+impl fmt::Display for NsSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NsSource::Path(p) => write!(f, "{}", p.display()),
+            NsSource::Fd(_) => f.write_str("the namespace the daemon's peer passed"),
+        }
+    }
 }
 
 pub const RT_TABLE_MAIN: u32 = 254;

@@ -9,7 +9,6 @@
 //! function, are in `imports.rs`.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -22,7 +21,9 @@ use super::policy::{describe, Ask, Basis, ConfigGrants, Grants, PortGrant, Side}
 use super::state::Ctx;
 use wasm_cni_base::log;
 use wasm_cni_kernel::filter::{Filter, Rule, Tag};
-use wasm_cni_kernel::net::{self, IpNet, LinkChange, LinkId, LinkInfo, Net, NetError, NsId, NsRef};
+use wasm_cni_kernel::net::{
+    self, IpNet, LinkChange, LinkId, LinkInfo, Net, NetError, NsId, NsRef, NsSource,
+};
 use wasm_cni_protocol::Command;
 
 mod imports;
@@ -186,8 +187,9 @@ pub type OnCreated = Arc<dyn Fn(&CreatedLinks) + Send + Sync>;
 #[derive(Clone)]
 pub struct NetAccess {
     pub backend: Arc<Mutex<Box<dyn Net>>>,
-    /// CNI_NETNS, if the runtime passed one.
-    pub container_path: Option<PathBuf>,
+    /// The container's namespace, if the runtime passed one: by name, or
+    /// as the descriptor a daemon's peer opened.
+    pub container: Option<NsSource>,
     pub ifname: String,
     pub command: Command,
     pub config: ConfigGrants,
@@ -421,18 +423,17 @@ impl Ctx {
             let node = net.open(NsRef::Current);
             match side {
                 Side::Node => node,
-                Side::Container => match &access.container_path {
+                Side::Container => match &access.container {
                     None => Err(NetError::NotFound(
                         "the runtime passed no container namespace".into(),
                     )),
-                    Some(path) => node.and_then(|node| {
-                        let id = net.open(NsRef::Path(path))?;
+                    Some(ns) => node.and_then(|node| {
+                        let id = net.open(ns.as_ref())?;
                         if net.same_ns(id, node) {
                             // A runtime bug or a hostile config: never let
                             // "container" operations land on the node.
                             Err(NetError::Invalid(format!(
-                                "{} is the node's own namespace",
-                                path.display()
+                                "{ns} is the node's own namespace"
                             )))
                         } else {
                             Ok(id)

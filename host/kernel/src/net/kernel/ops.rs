@@ -7,12 +7,20 @@ use super::*;
 
 impl Net for KernelNet {
     fn open(&mut self, ns: NsRef<'_>) -> Result<NsId, NetError> {
-        let path = match ns {
-            NsRef::Current => Path::new("/proc/self/ns/net"),
-            NsRef::Path(p) => p,
+        let (opened, shown) = match ns {
+            NsRef::Current => (
+                File::open("/proc/self/ns/net"),
+                "/proc/self/ns/net".to_string(),
+            ),
+            NsRef::Path(p) => (File::open(p), p.display().to_string()),
+            // A descriptor of its own, kept as long as the namespace's
+            // handle: the caller's may close first.
+            NsRef::Fd(fd) => (
+                fd.try_clone_to_owned().map(File::from),
+                "the namespace descriptor passed".to_string(),
+            ),
         };
-        let shown = path.display();
-        let file = File::open(path).map_err(|e| io_err(format!("namespace {shown}"), &e))?;
+        let file = opened.map_err(|e| io_err(format!("namespace {shown}"), &e))?;
         let meta = file
             .metadata()
             .map_err(|e| io_err(format!("namespace {shown}"), &e))?;

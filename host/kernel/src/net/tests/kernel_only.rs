@@ -1,6 +1,7 @@
 //! Kernel backend checks the memory model cannot answer, verified against
 //! iproute2 and procfs inside the test's own namespaces.
 
+use std::os::fd::AsFd;
 use std::path::Path;
 
 use serde_json::Value;
@@ -51,6 +52,37 @@ fn open_refuses_what_is_not_a_netns() {
         node
     );
     assert!(net.same_ns(a, a) && !net.same_ns(a, node));
+}
+
+/// A daemon's peer controls the descriptor it passes: it may be anything
+/// open, and closed by the peer at once. It must open nothing but a network
+/// namespace, and keep it open as long as the handle.
+#[test]
+fn a_descriptor_opens_its_namespace_and_nothing_else() {
+    require_root!();
+    let ns = Netns::new("openfd");
+    let mut net = KernelNet::new();
+    let regular = std::fs::File::open("/proc/self/status").unwrap();
+    let got = net.open(NsRef::Fd(regular.as_fd()));
+    assert!(matches!(got, Err(NetError::NotFound(_))), "{got:?}");
+    let uts = std::fs::File::open("/proc/self/ns/uts").unwrap();
+    let got = net.open(NsRef::Fd(uts.as_fd()));
+    assert!(matches!(got, Err(NetError::NotFound(_))), "{got:?}");
+
+    let passed = std::fs::File::open(&ns.path).unwrap();
+    let by_fd = net.open(NsRef::Fd(passed.as_fd())).unwrap();
+    drop(passed);
+    assert_eq!(net.open(NsRef::Path(&ns.path)).unwrap(), by_fd);
+    let node = net.open(NsRef::Current).unwrap();
+    assert!(!net.same_ns(by_fd, node));
+    // The handle outlives the caller's descriptor: links are made in the
+    // namespace passed, not wherever that number now points.
+    let hole = std::fs::File::open("/proc/self/ns/net").unwrap();
+    net.create_veth(by_fd, "wfd0", "wfd1", by_fd, None, None)
+        .unwrap();
+    drop(hole);
+    let links = ns.exec(&["ip", "-o", "link", "show", "wfd0"]);
+    assert!(links.contains("wfd0"), "{links}");
 }
 
 #[test]

@@ -17,6 +17,8 @@ impl Net for MemoryNet {
                 .get(p)
                 .copied()
                 .ok_or_else(|| not_found(format!("namespace {}", p.display()))),
+            // The model's namespaces have names, never descriptors.
+            NsRef::Fd(_) => Err(not_found("a namespace descriptor (the model has none)")),
         }
     }
 
