@@ -1,4 +1,4 @@
-//! The chain executor (`wasm_cni::chain`) against the in-memory backends:
+//! The chain executor (`wasm_cni_engine::chain`) against the in-memory backends:
 //! which plugin gets which verb in which order, and what a failed ADD, a
 //! failed DEL and a GC over several attachments leave in the kernel model
 //! and the records. Real components (`fx-net`), no root, no namespaces.
@@ -10,12 +10,12 @@
 use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
-use wasm_cni::chain::{Attachment, Executor};
-use wasm_cni::cni::{config, Command};
-use wasm_cni::net::{MemoryNet, Net, NsRef};
-use wasm_cni::sandbox::Runtime;
-use wasm_cni::state::{AttachmentRecords, MemoryRecords};
-use wasm_cni::store::MemoryStore;
+use wasm_cni_engine::chain::{Attachment, Executor};
+use wasm_cni_engine::sandbox::Runtime;
+use wasm_cni_kernel::net::{MemoryNet, Net, NsRef};
+use wasm_cni_protocol::{config, Command};
+use wasm_cni_store::state::{AttachmentRecords, MemoryRecords};
+use wasm_cni_store::MemoryStore;
 use wasm_cni_tests::{fixture, Sandbox};
 
 const NETWORK: &str = "exec";

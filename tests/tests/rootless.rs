@@ -6,12 +6,12 @@
 use std::sync::Arc;
 
 use serde_json::json;
-use wasm_cni::chain::{Attachment, Executor};
-use wasm_cni::cni::{config, Command};
-use wasm_cni::net::{MemoryNet, NsRef};
-use wasm_cni::sandbox::Runtime;
-use wasm_cni::state::MemoryRecords;
-use wasm_cni::store::MemoryStore;
+use wasm_cni_engine::chain::{Attachment, Executor};
+use wasm_cni_engine::sandbox::Runtime;
+use wasm_cni_kernel::net::{MemoryNet, NsRef};
+use wasm_cni_protocol::{config, Command};
+use wasm_cni_store::state::MemoryRecords;
+use wasm_cni_store::MemoryStore;
 use wasm_cni_tests::{plugin, Sandbox};
 
 fn executor(sb: &Sandbox, command: Command, chain: serde_json::Value) -> Executor {

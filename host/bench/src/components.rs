@@ -7,10 +7,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use wasm_cni::cni::config::Limits as ConfLimits;
-use wasm_cni::cni::{CniError, ErrorCode};
-use wasm_cni::sandbox::{wit, Call, CniResultWit, IpamOp, Limits, NetAccess, Runtime, Services};
-use wasm_cni::sandbox::{Origin, StoreAccess};
+use wasm_cni_engine::sandbox::{
+    wit, Call, CniResultWit, IpamOp, Limits, NetAccess, Runtime, Services,
+};
+use wasm_cni_engine::sandbox::{Origin, StoreAccess};
+use wasm_cni_protocol::config::Limits as ConfLimits;
+use wasm_cni_protocol::{CniError, ErrorCode};
 
 use crate::stats::{summarize, Summary};
 

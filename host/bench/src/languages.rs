@@ -10,8 +10,8 @@ use std::path::Path;
 use std::time::Instant;
 
 use serde_json::{json, Value};
-use wasm_cni::sandbox::compile::CompileLimits;
-use wasm_cni::sandbox::{Origin, Runtime};
+use wasm_cni_engine::sandbox::compile::CompileLimits;
+use wasm_cni_engine::sandbox::{Origin, Runtime};
 
 use crate::stats::{summarize, Summary};
 

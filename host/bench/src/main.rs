@@ -356,7 +356,7 @@ fn run(args: &Args) -> io::Result<()> {
         }
         let scratch = work.run_dir("lib-caches")?;
         // Compiled as the binary compiles: in a child process of it.
-        wasm_cni::sandbox::compile::compile_with(progs.wasm_cni.clone());
+        wasm_cni_engine::sandbox::compile::compile_with(progs.wasm_cni.clone());
         report.costs = Some(components::measure(&lib_dir, &scratch, args.cold_reps, 20)?);
     }
 
@@ -693,7 +693,7 @@ fn measure_languages(
         }
         std::os::unix::fs::symlink(&from, dir.join(format!("{name}.wasm")))?;
     }
-    wasm_cni::sandbox::compile::compile_with(progs.wasm_cni.clone());
+    wasm_cni_engine::sandbox::compile::compile_with(progs.wasm_cni.clone());
     let scratch = work.run_dir("lang-caches")?;
     let stat = languages::measure_static(&dir, &scratch, args.cold_reps.min(3), 10)?;
 

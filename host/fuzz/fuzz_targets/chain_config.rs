@@ -9,9 +9,9 @@
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
-use wasm_cni::cni::config::parse;
-use wasm_cni::cni::{version, Command};
-use wasm_cni::sandbox::Limits;
+use wasm_cni_engine::sandbox::Limits;
+use wasm_cni_protocol::config::parse;
+use wasm_cni_protocol::{version, Command};
 
 fuzz_target!(|data: &[u8]| {
     for command in Command::ALL {

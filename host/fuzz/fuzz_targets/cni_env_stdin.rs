@@ -12,7 +12,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
-use wasm_cni::edge::{prepare, Prepared};
+use wasm_cni_engine::edge::{prepare, Prepared};
 
 fuzz_target!(|data: &[u8]| {
     let (env, stdin) = match data.windows(2).position(|w| w == b"\n\n") {
@@ -36,7 +36,7 @@ fuzz_target!(|data: &[u8]| {
             }
         }
         Prepared::Dispatch(_inv, conf) => {
-            assert!(wasm_cni::cni::version::SUPPORTED.contains(&conf.cni_version.as_str()));
+            assert!(wasm_cni_protocol::version::SUPPORTED.contains(&conf.cni_version.as_str()));
             let prev = conf.prev_result.clone();
             for entry in &conf.chain {
                 assert!(!entry.plugin_type.is_empty() && !entry.plugin_type.contains('/'));

@@ -10,8 +10,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use wasm_cni::daemon::wire::{self, Request, Response};
-use wasm_cni::edge::{prepare, Prepared};
+use wasm_cni_daemon::wire::{self, Request, Response};
+use wasm_cni_engine::edge::{prepare, Prepared};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(resp) = Response::read(&mut &data[..]) {

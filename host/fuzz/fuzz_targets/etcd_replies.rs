@@ -12,8 +12,8 @@
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use wasm_cni::store::etcd::{block_cidr, others_blocks, parse_snapshot, plan, Prefixes};
-use wasm_cni::store::{Entry, Owner};
+use wasm_cni_store::etcd::{block_cidr, others_blocks, parse_snapshot, plan, Prefixes};
+use wasm_cni_store::{Entry, Owner};
 
 #[derive(Arbitrary, Debug)]
 struct Kv {
@@ -98,7 +98,7 @@ fuzz_target!(|input: Input| {
         let nth = |n: &u8| keys.get(usize::from(*n) % keys.len().max(1)).cloned();
         match c {
             Change::Reserve(k, o) => {
-                if wasm_cni::store::valid_key(k) && !data.entries.get(k).is_some_and(Entry::is_live)
+                if wasm_cni_store::valid_key(k) && !data.entries.get(k).is_some_and(Entry::is_live)
                 {
                     data.entries.insert(
                         k.clone(),
@@ -127,7 +127,7 @@ fuzz_target!(|input: Input| {
                 }
             }
             Change::SetValue(k, v) => {
-                if wasm_cni::store::valid_key(k) {
+                if wasm_cni_store::valid_key(k) {
                     match v {
                         Some(v) => data.values.insert(k.clone(), v.clone()),
                         None => data.values.remove(k),

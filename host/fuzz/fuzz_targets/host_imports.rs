@@ -18,12 +18,14 @@
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use std::net::{IpAddr, Ipv4Addr};
-use wasm_cni::cni::Command;
-use wasm_cni::filter::{Proto, Rule};
-use wasm_cni::sandbox::harness::{draw, Import, ImportHarness, PORT_MAPPINGS};
+use wasm_cni_engine::sandbox::harness::{draw, Import, ImportHarness, PORT_MAPPINGS};
+use wasm_cni_kernel::filter::{Proto, Rule};
+use wasm_cni_protocol::Command;
 
-use wasm_cni::net::{IpNet, Ipv4Net, LinkId};
-use wasm_cni::sandbox::policy::{ConfigGrants, FilterNeed, FilterOp, Grants, PortGrant, Side};
+use wasm_cni_engine::sandbox::policy::{
+    ConfigGrants, FilterNeed, FilterOp, Grants, PortGrant, Side,
+};
+use wasm_cni_kernel::net::{IpNet, Ipv4Net, LinkId};
 
 /// A direct question to the policy layer.
 #[derive(Arbitrary, Debug)]

@@ -14,9 +14,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use wasm_cni::image::registry::{describe_error, parse_challenge, Challenge, Url};
-use wasm_cni::image::sign::{self, PublicKey, MAX_PAYLOAD_BYTES, MAX_SIGNATURES};
-use wasm_cni::image::{
+use wasm_cni_image::registry::{describe_error, parse_challenge, Challenge, Url};
+use wasm_cni_image::sign::{self, PublicKey, MAX_PAYLOAD_BYTES, MAX_SIGNATURES};
+use wasm_cni_image::{
     auth, component_interface, parse_config, parse_manifest, Digest, ImageRef, CONFIG_MEDIA_TYPE,
     LAYER_MEDIA_TYPE, MAX_COMPONENT_BYTES, MAX_CONFIG_BYTES,
 };

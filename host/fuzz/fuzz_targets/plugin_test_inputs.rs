@@ -12,8 +12,8 @@ use std::sync::{Arc, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
-use wasm_cni::plugin_test::{prepare, Options, Unprepared};
-use wasm_cni::sandbox::Runtime;
+use wasm_cni_engine::sandbox::Runtime;
+use wasm_cni_testing::{prepare, Options, Unprepared};
 
 fn runtime() -> Option<Arc<Runtime>> {
     static RT: OnceLock<Option<Arc<Runtime>>> = OnceLock::new();

@@ -12,7 +12,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
-use wasm_cni::cni::result::{parse, to_string_pretty, CniResult};
+use wasm_cni_protocol::result::{parse, to_string_pretty, CniResult};
 
 const VERSIONS: &[&str] = &[
     "0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0",

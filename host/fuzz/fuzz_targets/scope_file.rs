@@ -10,7 +10,7 @@
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use wasm_cni::store::{file, Entry, Owner, ScopeData};
+use wasm_cni_store::{file, Entry, Owner, ScopeData};
 
 #[derive(Arbitrary, Debug)]
 struct Input {
@@ -28,8 +28,16 @@ fuzz_target!(|input: Input| {
         None => {
             let mut data = ScopeData::default();
             for (key, container_id, ifname, allocated_at, released_at, node) in input.entries {
-                let owner = Owner { container_id, ifname };
-                let entry = Entry { owner, allocated_at, released_at, node };
+                let owner = Owner {
+                    container_id,
+                    ifname,
+                };
+                let entry = Entry {
+                    owner,
+                    allocated_at,
+                    released_at,
+                    node,
+                };
                 data.entries.insert(key, entry);
             }
             data.values.extend(input.values);
