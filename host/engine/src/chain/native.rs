@@ -173,25 +173,6 @@ pub fn exec(
         })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn finds_only_executable_files_by_valid_name() {
-        let dir = std::env::temp_dir().join(format!("wasm-cni-native-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("plain"), b"").unwrap();
-        std::fs::write(dir.join("tool"), b"#!/bin/sh\n").unwrap();
-        std::fs::set_permissions(dir.join("tool"), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let path = vec![PathBuf::from("/nonexistent"), dir.clone()];
-        assert_eq!(find(&path, "tool"), Some(dir.join("tool")));
-        assert_eq!(find(&path, "plain"), None);
-        assert_eq!(find(&path, "../tool"), None);
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-}
-
 /// CNI_NETNS for a native plugin's process, which can only be given a
 /// path: a descriptor the peer passed as this process's `/proc` entry for
 /// it, which stays that namespace while the call holds the descriptor.
@@ -218,4 +199,23 @@ fn proc_pid() -> &'static str {
             .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
             .unwrap_or_else(|| std::process::id().to_string())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_only_executable_files_by_valid_name() {
+        let dir = std::env::temp_dir().join(format!("wasm-cni-native-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("plain"), b"").unwrap();
+        std::fs::write(dir.join("tool"), b"#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(dir.join("tool"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = vec![PathBuf::from("/nonexistent"), dir.clone()];
+        assert_eq!(find(&path, "tool"), Some(dir.join("tool")));
+        assert_eq!(find(&path, "plain"), None);
+        assert_eq!(find(&path, "../tool"), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
