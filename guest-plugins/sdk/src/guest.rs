@@ -21,6 +21,9 @@ pub mod bindings {
         path: "../../wit",
         world: "interface-plugin",
         pub_export_macro: true,
+        // The SDK's `Link` and modes are the contract's own types, compared
+        // in plugins' tests.
+        additional_derives: [PartialEq, Eq],
         runtime_path: "wasm_cni_sdk::__private::wit_bindgen::rt",
     });
 }
@@ -204,62 +207,6 @@ impl From<wnet::NetError> for NetError {
     }
 }
 
-fn mode_to_wit(m: MacvlanMode) -> wnet::MacvlanMode {
-    match m {
-        MacvlanMode::Bridge => wnet::MacvlanMode::Bridge,
-        MacvlanMode::Private => wnet::MacvlanMode::Private,
-        MacvlanMode::Vepa => wnet::MacvlanMode::Vepa,
-        MacvlanMode::Passthru => wnet::MacvlanMode::Passthru,
-    }
-}
-
-fn mode_from_wit(m: wnet::MacvlanMode) -> MacvlanMode {
-    match m {
-        wnet::MacvlanMode::Bridge => MacvlanMode::Bridge,
-        wnet::MacvlanMode::Private => MacvlanMode::Private,
-        wnet::MacvlanMode::Vepa => MacvlanMode::Vepa,
-        wnet::MacvlanMode::Passthru => MacvlanMode::Passthru,
-    }
-}
-
-fn ipvlan_to_wit(m: IpvlanMode) -> wnet::IpvlanMode {
-    match m {
-        IpvlanMode::L2 => wnet::IpvlanMode::L2,
-        IpvlanMode::L3 => wnet::IpvlanMode::L3,
-        IpvlanMode::L3s => wnet::IpvlanMode::L3s,
-    }
-}
-
-fn ipvlan_from_wit(m: wnet::IpvlanMode) -> IpvlanMode {
-    match m {
-        wnet::IpvlanMode::L2 => IpvlanMode::L2,
-        wnet::IpvlanMode::L3 => IpvlanMode::L3,
-        wnet::IpvlanMode::L3s => IpvlanMode::L3s,
-    }
-}
-
-impl From<wnet::Link> for Link {
-    fn from(l: wnet::Link) -> Self {
-        Self {
-            index: l.index,
-            name: l.name,
-            kind: l.kind,
-            mac: l.mac,
-            mtu: l.mtu,
-            up: l.up,
-            oper_up: l.oper_up,
-            master: l.master,
-            peer_index: l.peer_index,
-            promisc: l.promisc,
-            allmulti: l.allmulti,
-            txqlen: l.txqlen,
-            macvlan_mode: l.macvlan_mode.map(mode_from_wit),
-            vlan_id: l.vlan_id,
-            ipvlan_mode: l.ipvlan_mode.map(ipvlan_from_wit),
-        }
-    }
-}
-
 impl From<wnet::RouteSpec> for RouteSpec {
     fn from(r: wnet::RouteSpec) -> Self {
         Self {
@@ -321,14 +268,11 @@ impl Ops for WitNs {
         mtu: Option<u32>,
         mac: Option<&str>,
     ) -> NetResult<Link> {
-        Ok(self
-            .0
-            .create_veth(name, peer_name, &peer_ns.0, mtu, mac)?
-            .into())
+        Ok(self.0.create_veth(name, peer_name, &peer_ns.0, mtu, mac)?)
     }
 
     fn ensure_bridge(&self, name: &str, mtu: Option<u32>) -> NetResult<Link> {
-        Ok(self.0.ensure_bridge(name, mtu)?.into())
+        Ok(self.0.ensure_bridge(name, mtu)?)
     }
 
     fn create_macvlan(
@@ -342,8 +286,7 @@ impl Ops for WitNs {
     ) -> NetResult<Link> {
         Ok(self
             .0
-            .create_macvlan(name, master, mode_to_wit(mode), mtu, mac, &target.0)?
-            .into())
+            .create_macvlan(name, master, mode, mtu, mac, &target.0)?)
     }
 
     fn create_macvtap(
@@ -357,8 +300,7 @@ impl Ops for WitNs {
     ) -> NetResult<Link> {
         Ok(self
             .0
-            .create_macvtap(name, master, mode_to_wit(mode), mtu, mac, &target.0)?
-            .into())
+            .create_macvtap(name, master, mode, mtu, mac, &target.0)?)
     }
 
     fn create_vlan(
@@ -369,10 +311,7 @@ impl Ops for WitNs {
         mtu: Option<u32>,
         target: &Self,
     ) -> NetResult<Link> {
-        Ok(self
-            .0
-            .create_vlan(name, master, vlan_id, mtu, &target.0)?
-            .into())
+        Ok(self.0.create_vlan(name, master, vlan_id, mtu, &target.0)?)
     }
 
     fn create_ipvlan(
@@ -383,10 +322,7 @@ impl Ops for WitNs {
         mtu: Option<u32>,
         target: &Self,
     ) -> NetResult<Link> {
-        Ok(self
-            .0
-            .create_ipvlan(name, master, ipvlan_to_wit(mode), mtu, &target.0)?
-            .into())
+        Ok(self.0.create_ipvlan(name, master, mode, mtu, &target.0)?)
     }
 
     fn create_tap(
@@ -400,24 +336,23 @@ impl Ops for WitNs {
     ) -> NetResult<Link> {
         Ok(self
             .0
-            .create_tap(name, mtu, mac, multi_queue, owner, group)?
-            .into())
+            .create_tap(name, mtu, mac, multi_queue, owner, group)?)
     }
 
     fn link_by_name(&self, name: &str) -> NetResult<Link> {
-        Ok(self.0.link_by_name(name)?.into())
+        Ok(self.0.link_by_name(name)?)
     }
 
     fn link_by_index(&self, index: u32) -> NetResult<Link> {
-        Ok(self.0.link_by_index(index)?.into())
+        Ok(self.0.link_by_index(index)?)
     }
 
     fn list_links(&self) -> NetResult<Vec<Link>> {
-        Ok(self.0.list_links()?.into_iter().map(Into::into).collect())
+        Ok(self.0.list_links()?)
     }
 
     fn set_link(&self, name: &str, settings: &LinkSettings) -> NetResult<Link> {
-        Ok(self.0.set_link(name, &settings_to_wit(settings))?.into())
+        Ok(self.0.set_link(name, &settings_to_wit(settings))?)
     }
 
     fn delete_link(&self, name: &str) -> NetResult<()> {
@@ -467,7 +402,7 @@ impl Ops for WitNs {
     }
 
     fn create_ifb(&self, name: &str, mtu: Option<u32>) -> NetResult<Link> {
-        Ok(self.0.create_ifb(name, mtu)?.into())
+        Ok(self.0.create_ifb(name, mtu)?)
     }
 
     fn limit_rate(&self, link: &str, limit: RateLimit) -> NetResult<()> {

@@ -54,13 +54,14 @@ impl std::error::Error for NetError {}
 /// Result of a namespace operation.
 pub type NetResult<T> = Result<T, NetError>;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum MacvlanMode {
-    #[default]
-    Bridge,
-    Private,
-    Vepa,
-    Passthru,
+/// A macvlan's (or macvtap's) mode (WIT `macvlan-mode`).
+pub use crate::guest::bindings::cni::plugin::network::MacvlanMode;
+
+/// The reference's default.
+impl Default for MacvlanMode {
+    fn default() -> Self {
+        Self::Bridge
+    }
 }
 
 impl MacvlanMode {
@@ -86,12 +87,13 @@ impl MacvlanMode {
 }
 
 /// An ipvlan master's mode (WIT `ipvlan-mode`), shared by all its ipvlans.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum IpvlanMode {
-    #[default]
-    L2,
-    L3,
-    L3s,
+pub use crate::guest::bindings::cni::plugin::network::IpvlanMode;
+
+/// The reference's default.
+impl Default for IpvlanMode {
+    fn default() -> Self {
+        Self::L2
+    }
 }
 
 impl IpvlanMode {
@@ -114,30 +116,9 @@ impl IpvlanMode {
     }
 }
 
-/// What `describe` reports about a link (WIT `link`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Link {
-    pub index: u32,
-    pub name: String,
-    /// `veth`, `bridge`, `macvlan`, `macvtap`, `tun`, `device`, ...
-    pub kind: String,
-    pub mac: String,
-    pub mtu: u32,
-    /// Administratively up.
-    pub up: bool,
-    /// Operationally up (carrier).
-    pub oper_up: bool,
-    pub master: Option<u32>,
-    /// For a veth: the peer's ifindex.
-    pub peer_index: Option<u32>,
-    pub promisc: bool,
-    pub allmulti: bool,
-    pub txqlen: u32,
-    pub macvlan_mode: Option<MacvlanMode>,
-    /// For an 802.1Q vlan: its id.
-    pub vlan_id: Option<u16>,
-    pub ipvlan_mode: Option<IpvlanMode>,
-}
+/// What `describe` reports about a link: the contract's own record, so
+/// that a guest reads it as the host sent it, unconverted.
+pub use crate::guest::bindings::cni::plugin::network::Link;
 
 /// A route (WIT `route-spec`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
