@@ -210,16 +210,6 @@ impl<'a, S: Slots + ?Sized> Elsewhere<'a, S> {
     /// The parts of `first..=last` outside every block.
     fn gaps(&self, first: IpAddr, last: IpAddr) -> Vec<(IpAddr, IpAddr)> {
         let family = crate::ip::Family::of(&first);
-        let step = |ip: IpAddr, up: bool| {
-            let v = crate::ip::to_u128(ip);
-            let v = if up {
-                v.checked_add(1)
-            } else {
-                v.checked_sub(1)
-            }?;
-            let next = crate::ip::from_u128(family, v);
-            (crate::ip::to_u128(next) == v).then_some(next)
-        };
         let mut gaps = Vec::new();
         let mut from = Some(first);
         for &(a, b) in &self.blocks {
@@ -231,11 +221,13 @@ impl<'a, S: Slots + ?Sized> Elsewhere<'a, S> {
                 break;
             }
             if a > start {
-                if let Some(end) = step(a, false) {
-                    gaps.push((start, end));
-                }
+                // Above `start`, so `a` has an address before it.
+                let end = crate::ip::to_u128(a).saturating_sub(1);
+                gaps.push((start, crate::ip::from_u128(family, end)));
             }
-            from = step(b, true);
+            // The address after the block: none past the family's last,
+            // where `next` wraps.
+            from = Some(crate::ip::next(b)).filter(|n| *n > b);
         }
         if let Some(start) = from.filter(|s| *s <= last) {
             gaps.push((start, last));
