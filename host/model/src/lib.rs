@@ -5,17 +5,19 @@
 //! * [`net`]: links, addresses, routes, sysctls and qdiscs as semantic verbs
 //!   (the [`net::Net`] trait), and with feature `memory` the in-memory model
 //!   of the kernel rules plugins depend on.
+//! * [`fabric`]: the node's part of the cluster network (routes to other
+//!   nodes, VXLAN endpoints) as semantic verbs (the [`fabric::Fabric`]
+//!   trait), and with feature `memory` its in-memory model.
 //! * [`filter`]: packet filtering as semantic rules (the [`filter::Filter`]
 //!   trait), and with feature `memory` its in-memory model.
 //! * [`policy`]: what one plugin call may touch, the one choke point every
 //!   network and filter import passes through; [`live`]: what a grant rests
 //!   on, confirmed against the live links.
 //!
-//! The kernel backends stay in the host, which re-exports all of this under
-//! its own module names (`wasm_cni::net`, `wasm_cni::filter`,
-//! `wasm_cni::sandbox::policy`).
+//! The kernel backends of these traits live in `wasm-cni-kernel`.
 
 pub mod cidr;
+pub mod fabric;
 pub mod filter;
 pub mod live;
 pub mod net;

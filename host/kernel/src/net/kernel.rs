@@ -10,9 +10,11 @@
 //! guest code ever runs in the wrong namespace.
 #![allow(clippy::disallowed_types, clippy::disallowed_methods)] // the one place allowed
 
+mod fabric;
 mod ops;
 mod socket;
 mod tap;
+pub use fabric::KernelFabric;
 pub(crate) use socket::ext_ack_text;
 
 use std::collections::HashMap;

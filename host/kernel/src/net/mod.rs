@@ -5,7 +5,7 @@
 //! [`KernelNet`] speaks rtnetlink over a synchronous socket per namespace.
 //! One behavioural suite (`net::tests`) runs against it and `MemoryNet`.
 
-mod kernel;
+pub(crate) mod kernel;
 #[cfg(test)]
 pub(crate) mod tests;
 
