@@ -14,6 +14,8 @@ use hyper::StatusCode;
 use ipnet::IpNet;
 use serde_json::Value;
 
+use wasm_cni_cluster::node;
+use wasm_cni_cluster::plan::PodCidrBounds;
 use wasm_cni_image::registry::{self, Url};
 
 const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
@@ -51,56 +53,6 @@ pub struct KubeArgs {
     pub min_pod_cidr_prefix_v6: u8,
 }
 
-/// How wide a pod CIDR an API object may give a node. The Node object is
-/// the API server's word, and whoever can write a Node's `spec.podCIDRs`
-/// is not thereby root on every node: `0.0.0.0/0` or `128.0.0.0/1` there
-/// once routed half of IPv4 into the pod bridge. The same rule applies to
-/// the CIDRs of other Nodes a node routes to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PodCidrBounds {
-    pub v4: u8,
-    pub v6: u8,
-}
-
-impl PodCidrBounds {
-    /// A /16 of IPv4 (65 534 pods) and a /48 of IPv6 per node: wider than
-    /// any node is given (Kubernetes' default node masks are /24 and /64).
-    pub const DEFAULT: PodCidrBounds = PodCidrBounds { v4: 16, v6: 48 };
-
-    /// `net` is a pod CIDR a node may route to its pods: no wider than
-    /// the bound, and in no range that is not a node's to give out
-    /// (unspecified, loopback, link-local, multicast, reserved).
-    pub fn check(&self, net: &IpNet) -> Result<(), String> {
-        let (min, family) = match net {
-            IpNet::V4(_) => (self.v4, "IPv4"),
-            IpNet::V6(_) => (self.v6, "IPv6"),
-        };
-        if net.prefix_len() < min {
-            return Err(format!(
-                "{net} is wider than a /{min}, the widest {family} pod CIDR a node takes \
-                 (--min-pod-cidr-prefix-v4/-v6)"
-            ));
-        }
-        let special: &[&str] = match net {
-            IpNet::V4(_) => &[
-                "0.0.0.0/8",
-                "127.0.0.0/8",
-                "169.254.0.0/16",
-                "224.0.0.0/4",
-                "240.0.0.0/4",
-            ],
-            IpNet::V6(_) => &["::/8", "fe80::/10", "ff00::/8"],
-        };
-        for range in special {
-            let range: IpNet = range.parse().map_err(|_| "a bad range".to_string())?;
-            if range.contains(net) || net.contains(&range) {
-                return Err(format!("{net} is in {range}, not a range for pods"));
-            }
-        }
-        Ok(())
-    }
-}
-
 /// The node's pod CIDRs, as placeholder values.
 pub fn pod_cidr_values(a: &KubeArgs, node: &str) -> Result<Vec<(String, String)>, String> {
     let cidrs = pod_cidrs(a, node)?;
@@ -124,7 +76,7 @@ pub fn pod_cidr_values(a: &KubeArgs, node: &str) -> Result<Vec<(String, String)>
     Ok(out)
 }
 
-fn api_url(a: &KubeArgs, node: &str) -> Result<Url, String> {
+fn api_url(a: &KubeArgs, name: &str) -> Result<Url, String> {
     let base = match &a.api_server {
         Some(s) => s.trim_end_matches('/').to_string(),
         None => {
@@ -143,17 +95,12 @@ fn api_url(a: &KubeArgs, node: &str) -> Result<Url, String> {
         }
     };
     // A node name is a DNS subdomain: nothing in it can change the path.
-    let valid = !node.is_empty()
-        && node.len() <= 253
-        && node
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
-    if !valid {
+    if !node::valid_name(name) {
         return Err(format!(
-            "--pod-cidr-from-node {node:?}: not a node name (lower-case letters, digits, '-' and '.')"
+            "--pod-cidr-from-node {name:?}: not a node name (lower-case letters, digits, '-' and '.')"
         ));
     }
-    let url = Url::parse(&format!("{base}/api/v1/nodes/{node}"))
+    let url = Url::parse(&format!("{base}/api/v1/nodes/{name}"))
         .map_err(|e| format!("--api-server: {e}"))?;
     if !url.https {
         return Err(format!(
@@ -263,31 +210,8 @@ fn parse_node(body: &[u8]) -> Result<Option<Vec<IpNet>>, String> {
     if v.get("kind").and_then(Value::as_str) != Some("Node") {
         return Err("the reply is not a Node".into());
     }
-    let spec = v.get("spec");
-    let list: Vec<&Value> = match spec.and_then(|s| s.get("podCIDRs")) {
-        Some(Value::Array(a)) => a.iter().collect(),
-        Some(Value::Null) | None => spec.and_then(|s| s.get("podCIDR")).into_iter().collect(),
-        Some(_) => return Err("spec.podCIDRs is not a list".into()),
-    };
-    // Kubernetes allows one per family.
-    if list.len() > 2 {
-        return Err(format!(
-            "spec.podCIDRs has {} entries, at most 2",
-            list.len()
-        ));
-    }
-    let mut out = Vec::new();
-    for c in list {
-        let s = c.as_str().ok_or("spec.podCIDRs holds a non-string")?;
-        let net: IpNet = s
-            .parse()
-            .map_err(|_| format!("spec.podCIDRs: {s:?} is not a CIDR"))?;
-        if net != net.trunc() {
-            return Err(format!("spec.podCIDRs: {s:?} has host bits set"));
-        }
-        out.push(net);
-    }
-    Ok((!out.is_empty()).then_some(out))
+    let cidrs = node::parse(&v)?.cidrs?;
+    Ok((!cidrs.is_empty()).then_some(cidrs))
 }
 
 /// A Status reply's message, as ": <message>" (bounded), or nothing.
@@ -308,7 +232,9 @@ mod tests {
 
     #[test]
     fn a_node_reply_yields_its_cidrs_or_a_reason() {
-        let node = |spec: &str| format!(r#"{{"kind":"Node","spec":{spec}}}"#).into_bytes();
+        let node = |spec: &str| {
+            format!(r#"{{"kind":"Node","metadata":{{"name":"n"}},"spec":{spec}}}"#).into_bytes()
+        };
         assert_eq!(
             parse_node(&node(
                 r#"{"podCIDR":"10.1.0.0/24","podCIDRs":["10.1.0.0/24","fd00::/64"]}"#
@@ -336,39 +262,6 @@ mod tests {
         }
         assert!(parse_node(br#"{"kind":"Pod"}"#).is_err());
         assert!(parse_node(b"<html>").is_err());
-    }
-
-    #[test]
-    fn a_pod_cidr_is_no_wider_than_its_bound_and_in_no_special_range() {
-        let b = PodCidrBounds::DEFAULT;
-        for ok in [
-            "10.244.3.0/24",
-            "10.0.0.0/16",
-            "fd00:10:244:3::/64",
-            "2001:db8::/48",
-        ] {
-            assert_eq!(b.check(&ok.parse().unwrap()), Ok(()), "{ok}");
-        }
-        for (bad, why) in [
-            ("0.0.0.0/0", "wider than a /16"),
-            ("128.0.0.0/1", "wider than a /16"),
-            ("10.0.0.0/8", "wider than a /16"),
-            ("::/0", "wider than a /48"),
-            ("fd00::/32", "wider than a /48"),
-            ("127.0.0.0/24", "in 127.0.0.0/8"),
-            ("169.254.1.0/24", "in 169.254.0.0/16"),
-            ("224.1.0.0/24", "in 224.0.0.0/4"),
-            ("0.0.0.0/24", "in 0.0.0.0/8"),
-            ("fe80::/64", "in fe80::/10"),
-            ("ff02::/64", "in ff00::/8"),
-            ("::ffff:10.0.0.0/120", "in ::/8"),
-        ] {
-            let e = b.check(&bad.parse().unwrap()).unwrap_err();
-            assert!(e.contains(why), "{bad}: {e}");
-        }
-        let wide = PodCidrBounds { v4: 8, v6: 32 };
-        assert_eq!(wide.check(&"10.0.0.0/8".parse().unwrap()), Ok(()));
-        assert!(wide.check(&"0.0.0.0/0".parse().unwrap()).is_err());
     }
 
     #[test]
