@@ -650,6 +650,21 @@ fn unexpected(m: &RouteNetlinkMessage) -> NetError {
     }
 }
 
+/// The link's own address in an address message: IFA_LOCAL is the address
+/// itself; IFA_ADDRESS is the peer on a point-to-point link, and the only
+/// one IPv6 reports.
+fn own_address(m: &AddressMessage) -> Option<IpAddr> {
+    let (mut local, mut address) = (None, None);
+    for a in &m.attributes {
+        match a {
+            AddressAttribute::Local(ip) => local = Some(*ip),
+            AddressAttribute::Address(ip) => address = Some(*ip),
+            _ => {}
+        }
+    }
+    local.or(address)
+}
+
 fn addr_msg(index: u32, addr: &IpNet, add: bool) -> AddressMessage {
     let mut msg = AddressMessage::default();
     msg.header.index = index;

@@ -91,17 +91,7 @@ impl KernelFabric {
             let RouteNetlinkMessage::NewAddress(m) = m else {
                 continue;
             };
-            let (mut local, mut address) = (None, None);
-            for a in &m.attributes {
-                match a {
-                    AddressAttribute::Local(ip) => local = Some(*ip),
-                    AddressAttribute::Address(ip) => address = Some(*ip),
-                    _ => {}
-                }
-            }
-            // IPv4 reports the interface's own address as IFA_LOCAL (the
-            // other is the peer's on a point-to-point link).
-            if let Some(ip) = local.or(address) {
+            if let Some(ip) = own_address(&m) {
                 if let Ok(net) = ip_net(ip, m.header.prefix_len) {
                     let global = m.header.scope == AddressScope::Universe;
                     out.push((m.header.index, net, global));

@@ -358,18 +358,7 @@ impl Net for KernelNet {
             if m.header.index != index {
                 continue;
             }
-            // IFA_LOCAL is the address itself; IFA_ADDRESS is the peer on a
-            // point-to-point link, and the only one IPv6 reports.
-            let mut local = None;
-            let mut address = None;
-            for a in &m.attributes {
-                match a {
-                    AddressAttribute::Local(ip) => local = Some(*ip),
-                    AddressAttribute::Address(ip) => address = Some(*ip),
-                    _ => {}
-                }
-            }
-            if let Some(ip) = local.or(address) {
+            if let Some(ip) = own_address(&m) {
                 out.push(ip_net(ip, m.header.prefix_len)?);
             }
         }
