@@ -905,10 +905,19 @@ impl Drop for Etcd {
 /// A CA (`ca.pem`) and a server certificate for 127.0.0.1 signed by it
 /// (`server.pem`, `server.key`), in `dir`, for a TLS server of a test.
 pub fn tls_certs(dir: &Path) {
+    tls_certs_for(dir, &["127.0.0.1"]);
+}
+
+/// [`tls_certs`] for a server at these IP addresses.
+pub fn tls_certs_for(dir: &Path, ips: &[&str]) {
     let d = dir.display().to_string();
+    let names: Vec<String> = ips.iter().map(|ip| format!("IP:{ip}")).collect();
     std::fs::write(
         dir.join("server.ext"),
-        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+        format!(
+            "subjectAltName={}\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+            names.join(",")
+        ),
     )
     .expect("server.ext");
     for cmd in [

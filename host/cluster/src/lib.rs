@@ -10,5 +10,7 @@
 //! check against the same scope anyway, so a component would add a world
 //! and a copy of every Node without taking any trust away from the host.
 
+pub mod api;
 pub mod node;
 pub mod plan;
+pub mod run;

@@ -11,8 +11,9 @@
 //! * overlaps this node's own pod CIDR, a subnet this node is attached to,
 //!   or the CIDR of a Node created before it (so a new Node takes nothing
 //!   from those already routed);
+//! * holds a Node's InternalIP (routing it would cut the way to that node);
 //! * has no InternalIP of its family, or that address is this node's own,
-//!   another Node's, inside a pod CIDR, or not a unicast address.
+//!   an older Node's, inside a pod CIDR, or not a unicast address.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -173,10 +174,10 @@ pub fn plan(s: &Settings, nodes: &BTreeMap<String, Node>, connected: &[Connected
             }
         }
     }
-    // Then overlaps between Nodes. The Node made first keeps its CIDR
-    // (the API server sets `creationTimestamp`; no client can), so a new
-    // Node that overlaps others takes nothing from them; this node's own
-    // CIDR comes before any other.
+    // Then what Nodes share: a CIDR that overlaps, an InternalIP. The Node
+    // made first keeps its own (the API server sets `creationTimestamp`; no
+    // client can), so a new Node takes nothing from those already there;
+    // this node comes before any other.
     let mut order: Vec<&str> = valid.keys().copied().collect();
     order.sort_by_key(|name| {
         let created = nodes.get(*name).and_then(|n| n.created.clone());
@@ -197,6 +198,34 @@ pub fn plan(s: &Settings, nodes: &BTreeMap<String, Node>, connected: &[Connected
                     .map(|y| format!("{x} overlaps {y} of node {k}, which was there first"))
             })
         });
+        let ips = |n: &str| {
+            nodes
+                .get(n)
+                .map(|n| n.internal_ips.clone())
+                .unwrap_or_default()
+        };
+        let clash = clash.or_else(|| {
+            kept.iter().find_map(|k| {
+                let (mine, theirs) = (ips(name), ips(k));
+                if let Some(ip) = mine.iter().find(|ip| theirs.contains(ip)) {
+                    return Some(format!(
+                        "InternalIP {ip} is node {k}'s, which was there first"
+                    ));
+                }
+                // Routing a CIDR that holds a node's address would cut the
+                // way to that node.
+                let held = valid[name]
+                    .iter()
+                    .find_map(|c| theirs.iter().find(|ip| c.contains(*ip)).map(|ip| (c, ip)));
+                if let Some((c, ip)) = held {
+                    return Some(format!("{c} holds {ip}, an InternalIP of node {k}"));
+                }
+                let inside = valid[k]
+                    .iter()
+                    .find_map(|c| mine.iter().find(|ip| c.contains(*ip)).map(|ip| (c, ip)));
+                inside.map(|(c, ip)| format!("InternalIP {ip} is inside {c}, node {k}'s pod CIDR"))
+            })
+        });
         match clash {
             Some(why) => {
                 refused.insert(name.to_string(), why);
@@ -204,15 +233,8 @@ pub fn plan(s: &Settings, nodes: &BTreeMap<String, Node>, connected: &[Connected
             None => kept.push(name),
         }
     }
-    // Underlay addresses: one Node's alone, never this node's own.
     let mine: Vec<IpAddr> = connected.iter().map(|c| c.addr.addr()).collect();
-    let mut owners: BTreeMap<IpAddr, Vec<&str>> = BTreeMap::new();
-    for (name, n) in nodes {
-        for ip in &n.internal_ips {
-            owners.entry(*ip).or_default().push(name);
-        }
-    }
-    let all_cidrs: Vec<IpNet> = valid.values().flatten().copied().collect();
+    let all_cidrs: Vec<IpNet> = kept.iter().flat_map(|k| valid[k].iter().copied()).collect();
 
     for (name, cidrs) in &valid {
         if *name == s.node || refused.contains_key(*name) {
@@ -223,9 +245,7 @@ pub fn plan(s: &Settings, nodes: &BTreeMap<String, Node>, connected: &[Connected
         let mut peers = Vec::new();
         let mut fault = None;
         for c in cidrs {
-            let step = route_to(
-                s, n, c, connected, &my_cidrs, me, &mine, &owners, &all_cidrs,
-            );
+            let step = route_to(s, n, c, connected, &my_cidrs, me, &mine, &all_cidrs);
             match step {
                 Ok((r, p)) => {
                     routes.push(r);
@@ -307,7 +327,6 @@ fn route_to(
     my_cidrs: &[IpNet],
     me: Option<&Node>,
     mine: &[IpAddr],
-    owners: &BTreeMap<IpAddr, Vec<&str>>,
     all_cidrs: &[IpNet],
 ) -> Result<(PeerRoute, Option<(VxlanPeer, Vtep)>), String> {
     let v6 = c.is_ipv6();
@@ -335,9 +354,6 @@ fn route_to(
     }
     if mine.contains(&ip) {
         return Err(format!("InternalIP {ip} is this node's own address"));
-    }
-    if owners.get(&ip).is_some_and(|o| o.len() > 1) {
-        return Err(format!("InternalIP {ip} is claimed by more than one Node"));
     }
     if let Some(p) = all_cidrs.iter().chain(my_cidrs).find(|p| p.contains(&ip)) {
         return Err(format!("InternalIP {ip} is inside pod CIDR {p}"));
@@ -563,7 +579,7 @@ mod tests {
             ),
             (
                 node("x", &["10.245.0.0/24"], &["192.168.1.1"]),
-                "this node's own address",
+                "is node a's",
             ),
             (
                 node("x", &["10.245.0.0/24"], &["127.0.0.1"]),
@@ -571,7 +587,7 @@ mod tests {
             ),
             (
                 node("x", &["10.245.0.0/24"], &["10.244.1.7"]),
-                "inside pod CIDR",
+                "inside 10.244.1.0/24, node b's pod CIDR",
             ),
             (
                 node("x", &["10.245.0.0/24"], &["224.0.0.1"]),
@@ -622,12 +638,15 @@ mod tests {
         let who: Vec<&str> = p.refused.iter().map(|r| r.node.as_str()).collect();
         assert_eq!(who, ["b"]);
         assert!(routes(&p).contains(&"10.244.1.0/25 via 192.168.1.4 dev eth0".to_string()));
-        // Two Nodes claiming one underlay address: neither is routed.
+        // A new Node claiming an older one's underlay address is refused.
         let mut nodes = cluster();
-        nodes.insert("e".into(), node("e", &["10.244.5.0/24"], &["192.168.1.2"]));
+        let mut e = node("e", &["10.244.5.0/24"], &["192.168.1.2"]);
+        e.created = Some("2026-12-07T10:00:00Z".into());
+        nodes.insert("e".into(), e);
         let p = plan(&settings(Mode::Auto), &nodes, &connected());
         let who: Vec<&str> = p.refused.iter().map(|r| r.node.as_str()).collect();
-        assert_eq!(who, ["b", "e"]);
+        assert_eq!(who, ["e"]);
+        assert!(p.refused[0].why.contains("is node b's"), "{:?}", p.refused);
         // This node's own faults do not stop it routing to others directly.
         let mut nodes = cluster();
         nodes.insert("a".into(), node("a", &[], &["192.168.1.1"]));
@@ -639,6 +658,33 @@ mod tests {
             .map(|r| (r.node.as_str(), r.why.contains("no IPv4 pod CIDR")))
             .collect();
         assert_eq!(c, [("c", true)]);
+    }
+
+    #[test]
+    fn a_node_on_another_subnet_keeps_its_routes_when_a_node_claims_the_lan() {
+        // Seen from c, which is not on 192.168.1.0/24: a new Node whose
+        // CIDR is a and b's LAN would take the way to both.
+        let mut s = settings(Mode::Auto);
+        s.node = "c".into();
+        let theirs: Vec<Connected> = ["192.168.2.3/24", "fd02::3/64"]
+            .iter()
+            .map(|a| Connected {
+                link: "eth0".into(),
+                addr: a.parse().unwrap(),
+                mtu: 1500,
+            })
+            .collect();
+        let base = plan(&s, &cluster(), &theirs);
+        for cidr in ["192.168.1.0/25", "192.168.0.0/16"] {
+            let mut nodes = cluster();
+            let mut x = node("x", &[cidr], &["192.168.1.9"]);
+            x.created = Some("2026-12-07T11:00:00Z".into());
+            nodes.insert("x".into(), x);
+            let p = plan(&s, &nodes, &theirs);
+            assert_eq!(p.layout, base.layout, "{cidr}");
+            let who: Vec<&str> = p.refused.iter().map(|r| r.node.as_str()).collect();
+            assert_eq!(who, ["x"], "{cidr}: {:?}", p.refused);
+        }
     }
 
     #[test]

@@ -610,54 +610,15 @@ async fn exchange(
     body: Option<Vec<u8>>,
     limit: u64,
 ) -> Result<Reply, String> {
-    let tcp = tokio::net::TcpStream::connect((url.connect_host(), url.port))
-        .await
-        .map_err(|e| format!("connecting: {e}"))?;
-    let _ = tcp.set_nodelay(true);
-    let io: Box<dyn Io> = match tls {
-        None => Box::new(tcp),
-        Some(tls) => {
-            let name = tokio_rustls::rustls::pki_types::ServerName::try_from(
-                url.connect_host().to_string(),
-            )
-            .map_err(|e| format!("server name: {e}"))?;
-            Box::new(
-                tls.connect(name, tcp)
-                    .await
-                    .map_err(|e| format!("TLS: {e}"))?,
-            )
-        }
-    };
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
-        .await
-        .map_err(|e| format!("HTTP: {e}"))?;
-    let driver = tokio::spawn(conn);
-    let mut req = Request::builder()
-        .method(method.clone())
-        .uri(url.target.as_str())
-        .header(header::HOST, url.authority())
-        .header(
-            header::USER_AGENT,
-            concat!("wasm-cni/", env!("CARGO_PKG_VERSION")),
-        );
-    for (name, value) in headers {
-        req = req.header(name, value.as_str());
-    }
-    let req = req
-        .body(Full::new(Bytes::from(body.unwrap_or_default())))
-        .map_err(|e| format!("request: {e}"))?;
-    let res = sender
-        .send_request(req)
-        .await
-        .map_err(|e| format!("HTTP: {e}"))?;
-    let (parts, mut incoming) = res.into_parts();
+    let head = method == Method::HEAD;
+    let (parts, mut incoming, driver) = open(tls, method, url, headers, body).await?;
     let declared = parts
         .headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     let mut body = Vec::new();
-    if method != Method::HEAD {
+    if !head {
         if declared.is_some_and(|n| n > limit) {
             driver.abort();
             return Err(format!(
@@ -683,6 +644,155 @@ async fn exchange(
         body,
     })
 }
+
+/// Send one request on a connection of its own; the reply's head, its
+/// body still to read, and the connection's driver (abort it when done).
+async fn open(
+    tls: Option<tokio_rustls::TlsConnector>,
+    method: Method,
+    url: &Url,
+    headers: &[(header::HeaderName, String)],
+    body: Option<Vec<u8>>,
+) -> Result<
+    (
+        hyper::http::response::Parts,
+        hyper::body::Incoming,
+        tokio::task::JoinHandle<Result<(), hyper::Error>>,
+    ),
+    String,
+> {
+    let tcp = tokio::net::TcpStream::connect((url.connect_host(), url.port))
+        .await
+        .map_err(|e| format!("connecting: {e}"))?;
+    let _ = tcp.set_nodelay(true);
+    let io: Box<dyn Io> = match tls {
+        None => Box::new(tcp),
+        Some(tls) => {
+            let name = tokio_rustls::rustls::pki_types::ServerName::try_from(
+                url.connect_host().to_string(),
+            )
+            .map_err(|e| format!("server name: {e}"))?;
+            Box::new(
+                tls.connect(name, tcp)
+                    .await
+                    .map_err(|e| format!("TLS: {e}"))?,
+            )
+        }
+    };
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+        .await
+        .map_err(|e| format!("HTTP: {e}"))?;
+    let driver = tokio::spawn(conn);
+    let mut req = Request::builder()
+        .method(method)
+        .uri(url.target.as_str())
+        .header(header::HOST, url.authority())
+        .header(
+            header::USER_AGENT,
+            concat!("wasm-cni/", env!("CARGO_PKG_VERSION")),
+        );
+    for (name, value) in headers {
+        req = req.header(name, value.as_str());
+    }
+    let req = req
+        .body(Full::new(Bytes::from(body.unwrap_or_default())))
+        .map_err(|e| format!("request: {e}"))?;
+    let res = sender
+        .send_request(req)
+        .await
+        .map_err(|e| format!("HTTP: {e}"))?;
+    let (parts, incoming) = res.into_parts();
+    Ok((parts, incoming, driver))
+}
+
+/// How a [`get_lines`] ended.
+pub enum Lines {
+    /// A 2xx reply, its body read to the end (or until the reader said
+    /// stop): every line went to the reader.
+    Read,
+    /// Any other status, with the start of its body (for the reason).
+    Refused(Reply),
+}
+
+/// One GET whose body is a stream of lines (a Kubernetes watch): each line
+/// goes to `on_line` as soon as it is complete, until the server ends the
+/// body, `on_line` returns false, or `timeout` passes (an error saying
+/// so). No line may be longer than `max_line`; no redirect is followed.
+pub fn get_lines(
+    url: &Url,
+    ca_file: Option<&Path>,
+    headers: &[(header::HeaderName, String)],
+    max_line: usize,
+    timeout: Duration,
+    on_line: &mut dyn FnMut(&[u8]) -> bool,
+) -> Result<Lines, String> {
+    let tls = if url.https {
+        Some(tls_connector(ca_file)?)
+    } else {
+        None
+    };
+    let origin = url.origin();
+    runtime()?.block_on(async {
+        let work = async {
+            let (parts, mut incoming, driver) = open(tls, Method::GET, url, headers, None).await?;
+            if !parts.status.is_success() {
+                let mut body = Vec::new();
+                while let Some(Ok(frame)) = incoming.frame().await {
+                    if let Ok(data) = frame.into_data() {
+                        let room = MAX_REFUSAL.saturating_sub(body.len());
+                        body.extend_from_slice(&data[..data.len().min(room)]);
+                        if room <= data.len() {
+                            break;
+                        }
+                    }
+                }
+                driver.abort();
+                return Ok(Lines::Refused(Reply {
+                    status: parts.status,
+                    headers: parts.headers,
+                    body,
+                }));
+            }
+            let mut line: Vec<u8> = Vec::new();
+            while let Some(frame) = incoming.frame().await {
+                let frame = frame.map_err(|e| format!("reading the reply: {e}"))?;
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                for chunk in data.split_inclusive(|b| *b == b'\n') {
+                    if line.len() + chunk.len() > max_line + 1 {
+                        driver.abort();
+                        return Err(format!("a line over the limit of {max_line} bytes"));
+                    }
+                    line.extend_from_slice(chunk);
+                    if line.last() == Some(&b'\n') {
+                        let go_on = on_line(line.trim_ascii_end());
+                        line.clear();
+                        if !go_on {
+                            driver.abort();
+                            return Ok(Lines::Read);
+                        }
+                    }
+                }
+            }
+            if !line.trim_ascii().is_empty() {
+                on_line(line.trim_ascii_end());
+            }
+            driver.abort();
+            Ok(Lines::Read)
+        };
+        match tokio::time::timeout(timeout, work).await {
+            Ok(r) => r.map_err(|e: String| format!("{origin}: {e}")),
+            Err(_) => Err(format!(
+                "{origin}: the stream did not end within {} ms",
+                timeout.as_millis()
+            )),
+        }
+    })
+}
+
+/// What is kept of a refusal's body.
+const MAX_REFUSAL: usize = 64 * 1024;
 
 fn tls_connector(ca_file: Option<&Path>) -> Result<tokio_rustls::TlsConnector, String> {
     use tokio_rustls::rustls::pki_types::pem::PemObject;

@@ -71,7 +71,7 @@ enum Cmd {
     /// kept warm, for networks whose config sets "daemon": "prefer" or
     /// "require" (host/docs/operate/daemon.md). Stops on SIGTERM or SIGINT once the
     /// requests in flight are done.
-    Daemon(DaemonArgs),
+    Daemon(Box<DaemonArgs>),
     /// Fetch a plugin image (a wasm component artifact) into the image store,
     /// verifying every digest. A tag is resolved to a digest, printed on
     /// stdout: the REPOSITORY@sha256:… a chain entry names as
@@ -118,7 +118,7 @@ pub fn main() -> i32 {
         Cmd::Ipam(c) => ipam::ipam(c),
         Cmd::Status(a) => status::status(&a),
         Cmd::Probe(a) => probe::probe(&a),
-        Cmd::Daemon(d) => daemon::daemon(d),
+        Cmd::Daemon(d) => daemon::daemon(*d),
         Cmd::Pull(p) => images::pull(&p),
         Cmd::Push(p) => images::push(&p),
         Cmd::Images(images::ImagesCmd::Ls { image_dir }) => images::list(&image_dir),

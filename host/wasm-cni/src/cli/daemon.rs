@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use wasm_cni_cluster::plan::PodCidrBounds;
+
 use super::install;
 
 #[derive(clap::Args)]
@@ -80,6 +82,101 @@ pub(super) struct DaemonArgs {
     /// sends it, answers success: the node is ready when this daemon is.
     #[arg(long, value_name = "RECORD")]
     publish_conflist: Option<PathBuf>,
+    #[command(flatten)]
+    cluster: ClusterArgs,
+}
+
+/// Cluster mode (host/docs/operate/cluster.md).
+#[derive(clap::Args)]
+struct ClusterArgs {
+    /// Route this node's pods to every other Node's pod CIDRs, watching the
+    /// Nodes on the Kubernetes API; NODE is this node's Node (in a
+    /// DaemonSet, the downward API's spec.nodeName). Off unless given.
+    #[arg(long, value_name = "NODE")]
+    cluster_node: Option<String>,
+    /// auto (a direct route where the peer shares a subnet with this node,
+    /// VXLAN where not), direct, or vxlan.
+    #[arg(long, default_value = "auto", value_name = "MODE")]
+    cluster_mode: wasm_cni_cluster::plan::Mode,
+    /// The VXLAN network identifier, the same on every node.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16_777_215))]
+    vxlan_vni: u32,
+    /// The VXLAN UDP port, the same on every node.
+    #[arg(long, default_value_t = 4789, value_parser = clap::value_parser!(u16).range(1..))]
+    vxlan_port: u16,
+    /// Where cluster mode says what it did, for `wasm-cni status`.
+    #[arg(
+        long,
+        default_value = "/run/wasm-cni/cluster.json",
+        value_name = "FILE"
+    )]
+    cluster_status: PathBuf,
+    /// Check the kernel against the Nodes this often even when nothing
+    /// changed (a route deleted by hand comes back).
+    #[arg(long, default_value_t = 30_000, value_name = "MS")]
+    cluster_resync_ms: u64,
+    /// The longest pause between attempts to reach the API server.
+    #[arg(long, default_value_t = 30_000, value_name = "MS")]
+    api_max_backoff_ms: u64,
+    /// How long one watch runs before it is renewed.
+    #[arg(long, default_value_t = 300, value_name = "SECONDS")]
+    api_watch_seconds: u64,
+    /// The shortest IPv4 prefix another Node's pod CIDR may have.
+    #[arg(long, value_name = "LEN", default_value_t = PodCidrBounds::DEFAULT.v4)]
+    min_pod_cidr_prefix_v4: u8,
+    /// The shortest IPv6 prefix another Node's pod CIDR may have.
+    #[arg(long, value_name = "LEN", default_value_t = PodCidrBounds::DEFAULT.v6)]
+    min_pod_cidr_prefix_v6: u8,
+    #[command(flatten)]
+    api: super::kube::ApiArgs,
+}
+
+/// Start cluster mode beside the daemon, if asked for.
+fn start_cluster(c: ClusterArgs) -> Result<(), String> {
+    let Some(node) = c.cluster_node else {
+        return Ok(());
+    };
+    if !wasm_cni_cluster::node::valid_name(&node) {
+        return Err(format!("--cluster-node {node:?}: not a node name"));
+    }
+    let mut api =
+        wasm_cni_cluster::api::Api::new(&c.api.base()?, c.api.token_file(), c.api.ca_file())?;
+    api.watch_timeout = Duration::from_secs(c.api_watch_seconds.max(1));
+    if let Err(e) = std::fs::metadata(&api.ca_file) {
+        return Err(format!("--api-ca-file {}: {e}", api.ca_file.display()));
+    }
+    let opts = wasm_cni_cluster::run::Options {
+        api,
+        settings: wasm_cni_cluster::plan::Settings {
+            node,
+            mode: c.cluster_mode,
+            vni: c.vxlan_vni,
+            port: c.vxlan_port,
+            bounds: PodCidrBounds {
+                v4: c.min_pod_cidr_prefix_v4,
+                v6: c.min_pod_cidr_prefix_v6,
+            },
+        },
+        status_file: Some(c.cluster_status),
+        resync: Duration::from_millis(c.cluster_resync_ms.max(100)),
+        max_backoff: Duration::from_millis(c.api_max_backoff_ms.max(100)),
+    };
+    if let Some(dir) = opts.status_file.as_ref().and_then(|f| f.parent()) {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    let mut fabric =
+        wasm_cni_kernel::fabric::KernelFabric::open(wasm_cni_kernel::net::NsRef::Current)
+            .map_err(|e| format!("cluster mode: {e}"))?;
+    wasm_cni_daemon::block_signals()?;
+    std::thread::Builder::new()
+        .name("cluster".into())
+        .spawn(move || {
+            if let Err(e) = wasm_cni_cluster::run::run(opts, &mut fabric) {
+                tracing::error!(event = "cluster", "cluster mode stopped: {e}");
+            }
+        })
+        .map_err(|e| format!("cannot start cluster mode: {e}"))?;
+    Ok(())
 }
 
 pub(super) fn daemon(d: DaemonArgs) -> Result<i32, String> {
@@ -112,6 +209,7 @@ pub(super) fn daemon(d: DaemonArgs) -> Result<i32, String> {
     opts.trust_policy = d.trust_policy;
     opts.memory_limit = d.memory_limit;
     wasm_cni_daemon::init_log(opts.json_log);
+    start_cluster(d.cluster)?;
     if let Some(record) = d.publish_conflist {
         wasm_cni_daemon::block_signals()?;
         let r = record.clone();

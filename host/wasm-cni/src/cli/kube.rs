@@ -22,14 +22,9 @@ const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 /// A Node object is a few kilobytes; more is not read.
 const MAX_REPLY: u64 = 1 << 20;
 
-#[derive(clap::Args, Debug, Clone)]
-pub struct KubeArgs {
-    /// Fill ${POD_CIDR} (the first of the node's spec.podCIDRs),
-    /// ${POD_CIDR_V4}, ${POD_CIDR_V6} and ${POD_CIDRS} (comma-separated)
-    /// from this Node, read from the Kubernetes API with the pod's service
-    /// account. In a DaemonSet: the downward API's spec.nodeName.
-    #[arg(long, value_name = "NODE")]
-    pub pod_cidr_from_node: Option<String>,
+/// How to reach the Kubernetes API: in a pod, nothing needs saying.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ApiArgs {
     /// The API server [default: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT].
     #[arg(long, value_name = "URL")]
     pub api_server: Option<String>,
@@ -40,6 +35,48 @@ pub struct KubeArgs {
     /// service account's ca.crt].
     #[arg(long, value_name = "FILE")]
     pub api_ca_file: Option<PathBuf>,
+}
+
+impl ApiArgs {
+    /// `https://host:port`, from the option or the pod's environment.
+    pub fn base(&self) -> Result<String, String> {
+        if let Some(s) = &self.api_server {
+            return Ok(s.trim_end_matches('/').to_string());
+        }
+        let host = std::env::var("KUBERNETES_SERVICE_HOST").map_err(|_| {
+            "no --api-server and no KUBERNETES_SERVICE_HOST (not in a pod?)".to_string()
+        })?;
+        let port = std::env::var("KUBERNETES_SERVICE_PORT").unwrap_or_else(|_| "443".to_string());
+        Ok(if host.contains(':') {
+            format!("https://[{host}]:{port}")
+        } else {
+            format!("https://{host}:{port}")
+        })
+    }
+
+    pub fn token_file(&self) -> PathBuf {
+        self.api_token_file
+            .clone()
+            .unwrap_or_else(|| Path::new(SA_DIR).join("token"))
+    }
+
+    pub fn ca_file(&self) -> PathBuf {
+        self.api_ca_file
+            .clone()
+            .unwrap_or_else(|| Path::new(SA_DIR).join("ca.crt"))
+    }
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct KubeArgs {
+    /// Fill ${POD_CIDR} (the first of the node's spec.podCIDRs),
+    /// ${POD_CIDR_V4}, ${POD_CIDR_V6} and ${POD_CIDRS} (comma-separated)
+    /// from this Node, read from the Kubernetes API with the pod's service
+    /// account. In a DaemonSet: the downward API's spec.nodeName.
+    #[arg(long, value_name = "NODE")]
+    pub pod_cidr_from_node: Option<String>,
+    #[command(flatten)]
+    pub api: ApiArgs,
     /// How long to keep trying (a node's CIDR is assigned shortly after it
     /// registers; an API server may be restarting). Each request has 5 s.
     #[arg(long, value_name = "MS", default_value_t = 60_000)]
@@ -77,23 +114,10 @@ pub fn pod_cidr_values(a: &KubeArgs, node: &str) -> Result<Vec<(String, String)>
 }
 
 fn api_url(a: &KubeArgs, name: &str) -> Result<Url, String> {
-    let base = match &a.api_server {
-        Some(s) => s.trim_end_matches('/').to_string(),
-        None => {
-            let host = std::env::var("KUBERNETES_SERVICE_HOST").map_err(|_| {
-                "--pod-cidr-from-node: no --api-server and no KUBERNETES_SERVICE_HOST \
-                 (not in a pod?)"
-                    .to_string()
-            })?;
-            let port =
-                std::env::var("KUBERNETES_SERVICE_PORT").unwrap_or_else(|_| "443".to_string());
-            if host.contains(':') {
-                format!("https://[{host}]:{port}")
-            } else {
-                format!("https://{host}:{port}")
-            }
-        }
-    };
+    let base = a
+        .api
+        .base()
+        .map_err(|e| format!("--pod-cidr-from-node: {e}"))?;
     // A node name is a DNS subdomain: nothing in it can change the path.
     if !node::valid_name(name) {
         return Err(format!(
@@ -126,9 +150,8 @@ fn pod_cidrs(a: &KubeArgs, node: &str) -> Result<Vec<IpNet>, String> {
 
 fn fetch_pod_cidrs(a: &KubeArgs, node: &str) -> Result<Vec<IpNet>, String> {
     let url = api_url(a, node)?;
-    let sa = Path::new(SA_DIR);
-    let token_file = a.api_token_file.clone().unwrap_or_else(|| sa.join("token"));
-    let ca_file = a.api_ca_file.clone().unwrap_or_else(|| sa.join("ca.crt"));
+    let token_file = a.api.token_file();
+    let ca_file = a.api.ca_file();
     if let Err(e) = std::fs::metadata(&ca_file) {
         return Err(format!("--api-ca-file {}: {e}", ca_file.display()));
     }
@@ -268,9 +291,10 @@ mod tests {
     fn only_a_node_name_and_https_make_a_url() {
         let a = KubeArgs {
             pod_cidr_from_node: None,
-            api_server: Some("https://127.0.0.1:6443/".into()),
-            api_token_file: None,
-            api_ca_file: None,
+            api: ApiArgs {
+                api_server: Some("https://127.0.0.1:6443/".into()),
+                ..ApiArgs::default()
+            },
             api_wait_ms: 0,
             min_pod_cidr_prefix_v4: 16,
             min_pod_cidr_prefix_v6: 48,
@@ -283,7 +307,10 @@ mod tests {
             assert!(api_url(&a, bad).is_err(), "{bad}");
         }
         let plain = KubeArgs {
-            api_server: Some("http://127.0.0.1:8080".into()),
+            api: ApiArgs {
+                api_server: Some("http://127.0.0.1:8080".into()),
+                ..ApiArgs::default()
+            },
             ..a
         };
         assert!(api_url(&plain, "n").unwrap_err().contains("not https"));

@@ -1,0 +1,611 @@
+//! Cluster networking across nodes, as a cluster would run it, simulated on
+//! one machine: no kubelet or API server can be installed here.
+//!
+//! * Nodes are network namespaces: `n1`..`n3` on one LAN (a bridge in a
+//!   namespace of its own), `n4` behind a router namespace on another
+//!   subnet, every node dual-stack. So mode `auto` routes n1..n3 to each
+//!   other directly and reaches n4 (and n4 them) through VXLAN.
+//! * The API server is a stand-in (`tests/fixtures/kube-nodes.py`) serving
+//!   the Node list and watch over HTTPS from the router namespace, which the
+//!   test drives: Nodes added, changed and deleted, the history expired
+//!   (410), the server stalled, and gone.
+//! * Each node runs its own `wasm-cni daemon --cluster-node`, and one pod
+//!   made by wasm-cni's bridge and host-local through the CNI protocol.
+//!
+//! The cluster is built once; its checks are the phases of one test.
+//! Attacker here: whoever can write a Node object. They must not get a
+//! route, device or entry onto any node beyond what their own Node's pod
+//! CIDR justifies, nor take one away from another Node.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use wasm_cni_tests::{
+    is_root, plugin, sh, tls_certs_for, workspace_root, Daemon, Invocation, Netns, TempDir,
+};
+
+const TOKEN: &str = "cluster-token-1";
+
+/// The stand-in API server, driven through its control socket.
+struct Api {
+    child: std::process::Child,
+    dir: TempDir,
+}
+
+impl Api {
+    fn start(rt: &Netns) -> Api {
+        let dir = TempDir::new("kube-nodes");
+        tls_certs_for(dir.path(), &["192.168.77.254", "192.168.78.254"]);
+        std::fs::write(dir.join("token"), format!("{TOKEN}\n")).unwrap();
+        let child = std::process::Command::new("ip")
+            .args(["netns", "exec", &rt.name, "python3"])
+            .arg(workspace_root().join("tests/fixtures/kube-nodes.py"))
+            .args(["0.0.0.0", "6443"])
+            .arg(dir.join("server.pem"))
+            .arg(dir.join("server.key"))
+            .arg(TOKEN)
+            .arg(dir.join("control.sock"))
+            .stdout(std::fs::File::create(dir.join("requests.log")).unwrap())
+            .stderr(std::fs::File::create(dir.join("server.err")).unwrap())
+            .spawn()
+            .expect("python3");
+        let api = Api { child, dir };
+        wait_for("the API server", Duration::from_secs(10), || {
+            std::fs::read_to_string(api.dir.join("requests.log"))
+                .unwrap_or_default()
+                .contains("listening")
+        });
+        api
+    }
+
+    fn send(&self, cmd: Value) {
+        let mut s = UnixStream::connect(self.dir.join("control.sock")).expect("control socket");
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        writeln!(s, "{cmd}").unwrap();
+        let mut line = String::new();
+        BufReader::new(&s).read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ok", "{cmd}");
+    }
+
+    fn put(&self, node: Value) {
+        self.send(json!({ "put": node }));
+    }
+}
+
+impl Drop for Api {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn wait_for(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !ok() {
+        assert!(started.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A Node object as the API server holds it.
+fn node_object(name: &str, cidrs: &[&str], ips: &[&str], created: &str) -> Value {
+    json!({
+        "kind": "Node",
+        "apiVersion": "v1",
+        "metadata": {"name": name, "creationTimestamp": created},
+        "spec": {"podCIDR": cidrs.first(), "podCIDRs": cidrs},
+        "status": {"addresses": ips.iter().map(|a| json!({"type": "InternalIP", "address": a}))
+            .chain([json!({"type": "Hostname", "address": name})]).collect::<Vec<_>>()},
+    })
+}
+
+struct Node {
+    name: String,
+    ns: Netns,
+    v4: String,
+    v6: String,
+    cidr4: String,
+    cidr6: String,
+    dir: TempDir,
+    daemon: Option<Daemon>,
+    pod: Option<Netns>,
+    /// The pod's addresses.
+    pod4: String,
+    pod6: String,
+}
+
+impl Node {
+    fn object(&self) -> Value {
+        node_object(
+            &self.name,
+            &[&self.cidr4, &self.cidr6],
+            &[&self.v4, &self.v6],
+            "2026-12-07T09:00:00Z",
+        )
+    }
+
+    fn status(&self) -> Value {
+        std::fs::read(self.dir.join("cluster.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or(Value::Null)
+    }
+
+    fn start_daemon(&mut self, api_ip: &str) {
+        let status = self.dir.join("cluster.json");
+        let server = format!("https://{api_ip}:6443");
+        let token = self.dir.join("token");
+        let ca = self.dir.join("ca.pem");
+        self.daemon = Some(Daemon::start(
+            &self.ns.name,
+            &[
+                "--cluster-node",
+                &self.name,
+                "--api-server",
+                &server,
+                "--api-token-file",
+                token.to_str().unwrap(),
+                "--api-ca-file",
+                ca.to_str().unwrap(),
+                "--cluster-status",
+                status.to_str().unwrap(),
+                "--cluster-resync-ms",
+                "1000",
+                "--api-max-backoff-ms",
+                "1000",
+                "--api-watch-seconds",
+                "20",
+            ],
+        ));
+    }
+
+    /// What cluster mode owns or could touch on the node, as text: links,
+    /// addresses, routes of every table, and the tunnels' entries.
+    fn snapshot(&self) -> String {
+        let mut out = self.ns.snapshot();
+        out += &self.ns.exec(&["ip", "neigh", "show", "nud", "permanent"]);
+        for dev in ["wcni-vx4", "wcni-vx6"] {
+            if self.ns.link(dev).is_some() {
+                out += &self.ns.exec(&["bridge", "fdb", "show", "dev", dev]);
+            }
+        }
+        out
+    }
+
+    /// This node's routes of cluster mode.
+    fn routes(&self) -> String {
+        self.ns.exec(&["ip", "route", "show", "proto", "157"])
+            + &self.ns.exec(&["ip", "-6", "route", "show", "proto", "157"])
+    }
+}
+
+/// The cluster: LAN, router, four nodes with a pod each, the API server.
+struct Cluster {
+    nodes: Vec<Node>,
+    api: Api,
+    _rt: Netns,
+    _lan: Netns,
+    plugins: TempDir,
+}
+
+fn build() -> Cluster {
+    let lan = Netns::new("lan");
+    lan.exec(&["ip", "link", "add", "br0", "type", "bridge"]);
+    lan.exec(&["ip", "link", "set", "br0", "up"]);
+    let rt = Netns::new("rt");
+    for k in ["net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"] {
+        rt.exec(&["sysctl", "-qw", k]);
+    }
+    // The router's leg on the LAN.
+    sh(&[
+        "ip", "link", "add", "rtlan", "netns", &rt.name, "type", "veth", "peer", "name", "rtp",
+        "netns", &lan.name,
+    ]);
+    lan.exec(&["ip", "link", "set", "rtp", "master", "br0", "up"]);
+    for cmd in [
+        "ip addr add 192.168.77.254/24 dev rtlan",
+        "ip addr add fd77::fe/64 dev rtlan nodad",
+        "ip link set rtlan up",
+    ] {
+        rt.exec(&cmd.split(' ').collect::<Vec<_>>());
+    }
+    let plugins = TempDir::new("cluster-plugins");
+    for p in ["bridge", "host-local"] {
+        std::fs::copy(plugin(p), plugins.join(format!("{p}.wasm"))).unwrap();
+    }
+    let api = Api::start(&rt);
+    let mut nodes = Vec::new();
+    for i in 1..=4u8 {
+        let ns = Netns::new(&format!("n{i}"));
+        let (v4, v6, gw4, gw6) = if i < 4 {
+            sh(&[
+                "ip",
+                "link",
+                "add",
+                "eth0",
+                "netns",
+                &ns.name,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &format!("lan{i}"),
+                "netns",
+                &lan.name,
+            ]);
+            lan.exec(&[
+                "ip",
+                "link",
+                "set",
+                &format!("lan{i}"),
+                "master",
+                "br0",
+                "up",
+            ]);
+            (
+                format!("192.168.77.{i}"),
+                format!("fd77::{i}"),
+                "192.168.77.254",
+                "fd77::fe",
+            )
+        } else {
+            sh(&[
+                "ip", "link", "add", "eth0", "netns", &ns.name, "type", "veth", "peer", "name",
+                "rtwan", "netns", &rt.name,
+            ]);
+            for cmd in [
+                "ip addr add 192.168.78.254/24 dev rtwan",
+                "ip addr add fd78::fe/64 dev rtwan nodad",
+                "ip link set rtwan up",
+            ] {
+                rt.exec(&cmd.split(' ').collect::<Vec<_>>());
+            }
+            (
+                "192.168.78.4".to_string(),
+                "fd78::4".to_string(),
+                "192.168.78.254",
+                "fd78::fe",
+            )
+        };
+        for cmd in [
+            format!("ip addr add {v4}/24 dev eth0"),
+            format!("ip addr add {v6}/64 dev eth0 nodad"),
+            "ip link set eth0 up".to_string(),
+            format!("ip route add default via {gw4}"),
+            format!("ip -6 route add default via {gw6}"),
+            "sysctl -qw net.ipv4.ip_forward=1".to_string(),
+            "sysctl -qw net.ipv6.conf.all.forwarding=1".to_string(),
+        ] {
+            ns.exec(&cmd.split(' ').collect::<Vec<_>>());
+        }
+        let dir = TempDir::new(&format!("n{i}"));
+        for f in ["token", "ca.pem"] {
+            std::fs::copy(api.dir.join(f), dir.join(f)).unwrap();
+        }
+        nodes.push(Node {
+            name: format!("n{i}"),
+            ns,
+            v4,
+            v6,
+            cidr4: format!("10.244.{i}.0/24"),
+            cidr6: format!("fd00:10:244:{i}::/64"),
+            dir,
+            daemon: None,
+            pod: None,
+            pod4: String::new(),
+            pod6: String::new(),
+        });
+    }
+    Cluster {
+        nodes,
+        api,
+        _rt: rt,
+        _lan: lan,
+        plugins,
+    }
+}
+
+impl Cluster {
+    fn start(&mut self) {
+        for n in &self.nodes {
+            self.api.put(n.object());
+        }
+        for n in &mut self.nodes {
+            let api_ip = if n.name == "n4" {
+                "192.168.78.254"
+            } else {
+                "192.168.77.254"
+            };
+            n.start_daemon(api_ip);
+        }
+        for n in &mut self.nodes {
+            let pod = Netns::new(&format!("{}p", n.name));
+            let state = n.dir.join("state");
+            let conf = json!({
+                "cniVersion": "1.1.0",
+                "name": "podnet",
+                "type": "wasm-cni",
+                "pluginDir": self.plugins.path(),
+                "stateDir": state,
+                "cacheDir": n.dir.join("cache"),
+                "chain": [{
+                    "type": "bridge",
+                    "bridge": "cni0",
+                    "isGateway": true,
+                    "ipam": {
+                        "type": "host-local",
+                        "ranges": [[{"subnet": n.cidr4}], [{"subnet": n.cidr6}]],
+                        "routes": [{"dst": "0.0.0.0/0"}, {"dst": "::/0"}],
+                    },
+                }],
+            });
+            let out = Invocation::new("ADD")
+                .id("pod1")
+                .netns(pod.path())
+                .run_in(Some(&n.ns.name), &conf);
+            out.assert_ok();
+            let ips = out.json()["ips"].as_array().cloned().unwrap_or_default();
+            let addr = |v6: bool| {
+                ips.iter()
+                    .filter_map(|ip| ip["address"].as_str())
+                    .find(|a| a.contains(':') == v6)
+                    .and_then(|a| a.split('/').next())
+                    .unwrap()
+                    .to_string()
+            };
+            n.pod4 = addr(false);
+            n.pod6 = addr(true);
+            n.pod = Some(pod);
+        }
+    }
+
+    /// Every node's status lists `n` Nodes and routes to every other pod
+    /// CIDR in the plan.
+    fn converged(&self, nodes: usize, routes_each: usize) -> bool {
+        self.nodes.iter().all(|n| {
+            let s = n.status();
+            s["nodes"].as_u64() == Some(nodes as u64)
+                && s["routes"].as_array().map(Vec::len) == Some(routes_each)
+                && n.routes().lines().count() == routes_each
+        })
+    }
+
+    fn wait_converged(&self, nodes: usize, routes_each: usize) {
+        let started = Instant::now();
+        while !self.converged(nodes, routes_each) {
+            if started.elapsed() > Duration::from_secs(30) {
+                let mut why = String::new();
+                for n in &self.nodes {
+                    why += &format!(
+                        "{}: {}\n{}\n{}\n",
+                        n.name,
+                        n.status(),
+                        n.routes(),
+                        n.daemon.as_ref().map(Daemon::log).unwrap_or_default()
+                    );
+                }
+                panic!("not converged on {nodes} Nodes, {routes_each} routes each:\n{why}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Every pod reaches every other pod, both families, and every node
+    /// every other node's pod.
+    fn all_pairs_reach(&self) {
+        let mut failed = Vec::new();
+        for a in &self.nodes {
+            for b in &self.nodes {
+                if a.name == b.name {
+                    continue;
+                }
+                let pod = a.pod.as_ref().unwrap();
+                for (dst, what) in [(&b.pod4, "v4"), (&b.pod6, "v6")] {
+                    if !reach(pod, dst) {
+                        failed.push(format!("pod {} -> pod {} {what} ({dst})", a.name, b.name));
+                    }
+                    if !reach(&a.ns, dst) {
+                        failed.push(format!("node {} -> pod {} {what} ({dst})", a.name, b.name));
+                    }
+                }
+            }
+        }
+        assert!(failed.is_empty(), "unreachable:\n{}", failed.join("\n"));
+    }
+
+    fn snapshots(&self) -> Vec<String> {
+        self.nodes.iter().map(Node::snapshot).collect()
+    }
+}
+
+/// A ping that may need a moment for IPv6 neighbours and DAD to settle.
+fn reach(from: &Netns, dst: &str) -> bool {
+    for _ in 0..10 {
+        if from.try_exec(&["ping", "-c", "1", "-W", "1", dst]) {
+            return true;
+        }
+    }
+    false
+}
+
+#[test]
+fn pods_on_different_nodes_reach_each_other_and_hostile_nodes_change_nothing() {
+    if !is_root("pods_on_different_nodes_reach_each_other") {
+        return;
+    }
+    let mut c = build();
+    c.start();
+
+    // Phase 1: auto mode, direct on the LAN, VXLAN to and from n4.
+    c.wait_converged(4, 6);
+    let n1 = c.nodes[0].routes();
+    assert!(
+        n1.contains("10.244.2.0/24 via 192.168.77.2 dev eth0"),
+        "{n1}"
+    );
+    assert!(
+        n1.contains("10.244.4.0/24 via 10.244.4.0 dev wcni-vx4 onlink"),
+        "{n1}"
+    );
+    assert!(
+        n1.lines().any(
+            |l| l.starts_with("fd00:10:244:4::/64 via fd00:10:244:4:: dev wcni-vx6")
+                && l.contains(" onlink")
+        ),
+        "{n1}"
+    );
+    let n4 = c.nodes[3].routes();
+    assert!(!n4.contains("dev eth0"), "{n4}");
+    c.all_pairs_reach();
+    let mtu = c.nodes[0].ns.link("wcni-vx4").unwrap()["mtu"].as_u64();
+    assert_eq!(mtu, Some(1450));
+
+    // Phase 2: hostile Nodes, each refused on every node, each leaving
+    // every node as it was.
+    let before = c.snapshots();
+    let hostile = [
+        ("h-default", vec!["0.0.0.0/0"], vec!["192.168.77.9"]),
+        (
+            "h-half",
+            vec!["128.0.0.0/1", "::/0"],
+            vec!["192.168.77.9", "fd77::9"],
+        ),
+        ("h-steal", vec!["10.244.2.0/25"], vec!["192.168.77.9"]),
+        ("h-lan", vec!["192.168.77.0/25"], vec!["192.168.77.9"]),
+        ("h-twin", vec!["10.244.9.0/24"], vec!["192.168.77.2"]),
+        ("h-loop", vec!["10.244.10.0/24"], vec!["127.0.0.1"]),
+        ("h-bad", vec!["10.244.11.1/24"], vec!["192.168.77.9"]),
+    ];
+    for (name, cidrs, ips) in &hostile {
+        let cidrs: Vec<&str> = cidrs.to_vec();
+        let ips: Vec<&str> = ips.to_vec();
+        c.api
+            .put(node_object(name, &cidrs, &ips, "2026-12-07T10:00:00Z"));
+    }
+    wait_for(
+        "every hostile Node refused",
+        Duration::from_secs(30),
+        || {
+            c.nodes.iter().all(|n| {
+                let s = n.status();
+                let refused = s["refused"].as_array().cloned().unwrap_or_default();
+                // h-twin takes n2's underlay address: n2 is refused with it
+                // (neither can be told apart), except on n2 itself.
+                hostile.iter().all(|(h, _, _)| {
+                    refused.iter().any(|r| r["node"] == *h) || s["skipped"].to_string().contains(h)
+                })
+            })
+        },
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(c.snapshots(), before, "a hostile Node changed a node");
+    for (name, _, _) in &hostile {
+        c.api.send(json!({ "delete": name }));
+    }
+    c.wait_converged(4, 6);
+    assert_eq!(c.snapshots(), before, "the hostile Nodes left a trace");
+
+    // Phase 3: a Node added, changed and deleted.
+    c.api.put(node_object(
+        "n5",
+        &["10.244.5.0/24"],
+        &["192.168.77.5"],
+        "2026-12-07T11:00:00Z",
+    ));
+    c.wait_converged(5, 7);
+    assert!(c.nodes[0]
+        .routes()
+        .contains("10.244.5.0/24 via 192.168.77.5 dev eth0"));
+    c.api.put(node_object(
+        "n5",
+        &["10.244.6.0/24"],
+        &["192.168.77.5"],
+        "2026-12-07T11:00:00Z",
+    ));
+    wait_for(
+        "n5's CIDR changed everywhere",
+        Duration::from_secs(10),
+        || {
+            c.nodes.iter().all(|n| {
+                n.routes().contains("10.244.6.0/24") && !n.routes().contains("10.244.5.0/24")
+            })
+        },
+    );
+    c.api.send(json!({ "delete": "n5" }));
+    c.wait_converged(4, 6);
+    assert_eq!(c.snapshots(), before);
+
+    // Phase 4: the watch expires (410): every daemon lists again and
+    // sees a Node added after.
+    c.api.send(json!({ "expire": true }));
+    c.api.put(node_object(
+        "n5",
+        &["10.244.5.0/24"],
+        &["192.168.77.5"],
+        "2026-12-07T11:00:00Z",
+    ));
+    c.wait_converged(5, 7);
+    c.api.send(json!({ "delete": "n5" }));
+    c.wait_converged(4, 6);
+
+    // Phase 5: the API server gone for a while: traffic flows, nothing
+    // changes; on its return a deletion made meanwhile is applied.
+    c.api.send(json!({ "down": true }));
+    std::thread::sleep(Duration::from_secs(5));
+    c.all_pairs_reach();
+    assert_eq!(c.snapshots(), before, "an outage changed a node");
+    assert!(c.nodes.iter().all(|n| !n.status()["apiError"].is_null()));
+    c.api.send(json!({ "down": false }));
+    c.api.put(node_object(
+        "n5",
+        &["10.244.5.0/24"],
+        &["192.168.77.5"],
+        "2026-12-07T11:00:00Z",
+    ));
+    c.wait_converged(5, 7);
+
+    // Phase 6: a stalled server answers nothing; what was applied stays,
+    // and the change made during the stall arrives once it answers.
+    c.api.send(json!({ "stall": true }));
+    c.api.send(json!({ "delete": "n5" }));
+    std::thread::sleep(Duration::from_secs(2));
+    c.api.send(json!({ "stall": false }));
+    c.wait_converged(4, 6);
+    assert_eq!(c.snapshots(), before);
+
+    // Phase 7: the daemon killed and started again, traffic flowing
+    // across: nothing is lost and nothing changes.
+    for signal in ["KILL", "TERM"] {
+        let ping = std::process::Command::new("ip")
+            .args(["netns", "exec", &c.nodes[3].pod.as_ref().unwrap().name])
+            .args(["ping", "-q", "-i", "0.05", "-c", "80", &c.nodes[0].pod4])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        for n in &mut c.nodes[..] {
+            if n.name == "n1" || n.name == "n4" {
+                let d = n.daemon.as_mut().unwrap();
+                d.stop_with(signal);
+                d.restart();
+            }
+        }
+        let out = ping.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains(" 0% packet loss"), "{signal}: {text}");
+        c.wait_converged(4, 6);
+        std::thread::sleep(Duration::from_millis(1500));
+        assert_eq!(c.snapshots(), before, "a restart ({signal}) changed a node");
+        let changes: Vec<u64> = c
+            .nodes
+            .iter()
+            .map(|n| n.status()["changes"].as_u64().unwrap_or(99))
+            .collect();
+        assert_eq!(
+            changes[0], 0,
+            "the new daemon on n1 changed something: {changes:?}"
+        );
+    }
+}
