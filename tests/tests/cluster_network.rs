@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use wasm_cni_tests::{
-    is_root, plugin, sh, tls_certs_for, workspace_root, Daemon, Invocation, Netns, TempDir,
+    is_root, plugin, sh, tls_certs_for, wasm_cni_bin, workspace_root, Daemon, Invocation, Netns,
+    TempDir,
 };
 
 const TOKEN: &str = "cluster-token-1";
@@ -308,18 +309,8 @@ fn build() -> Cluster {
 }
 
 impl Cluster {
-    fn start(&mut self) {
-        for n in &self.nodes {
-            self.api.put(n.object());
-        }
-        for n in &mut self.nodes {
-            let api_ip = if n.name == "n4" {
-                "192.168.78.254"
-            } else {
-                "192.168.77.254"
-            };
-            n.start_daemon(api_ip);
-        }
+    /// One pod on each node, made by wasm-cni's bridge and host-local.
+    fn pods(&mut self) {
         for n in &mut self.nodes {
             let pod = Netns::new(&format!("{}p", n.name));
             let state = n.dir.join("state");
@@ -358,6 +349,21 @@ impl Cluster {
             n.pod4 = addr(false);
             n.pod6 = addr(true);
             n.pod = Some(pod);
+        }
+    }
+
+    /// The Nodes on the API server, and each node's daemon in cluster mode.
+    fn daemons(&mut self) {
+        for n in &self.nodes {
+            self.api.put(n.object());
+        }
+        for n in &mut self.nodes {
+            let api_ip = if n.name == "n4" {
+                "192.168.78.254"
+            } else {
+                "192.168.77.254"
+            };
+            n.start_daemon(api_ip);
         }
     }
 
@@ -420,6 +426,34 @@ impl Cluster {
     }
 }
 
+/// Each node's snapshot as it was, or the lines that differ.
+fn same(now: &[String], then: &[String], what: &str) {
+    let mut diff = String::new();
+    for (i, (a, b)) in now.iter().zip(then).enumerate() {
+        for l in a.lines().filter(|l| !b.lines().any(|m| m == *l)) {
+            diff += &format!("n{} + {l}\n", i + 1);
+        }
+        for l in b.lines().filter(|l| !a.lines().any(|m| m == *l)) {
+            diff += &format!("n{} - {l}\n", i + 1);
+        }
+    }
+    assert!(diff.is_empty(), "{what}:\n{diff}");
+}
+
+/// `wasm-cni status` on the node, as an operator reads it.
+fn status_text(n: &Node) -> String {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", &n.ns.name])
+        .arg(wasm_cni_bin())
+        .args(["status", "--conf-dir"])
+        .arg(n.dir.path())
+        .arg("--cluster-status")
+        .arg(n.dir.join("cluster.json"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// A ping that may need a moment for IPv6 neighbours and DAD to settle.
 fn reach(from: &Netns, dst: &str) -> bool {
     for _ in 0..10 {
@@ -436,10 +470,27 @@ fn pods_on_different_nodes_reach_each_other_and_hostile_nodes_change_nothing() {
         return;
     }
     let mut c = build();
-    c.start();
+    c.pods();
+    // The pods' IPv6 addresses past DAD, so the snapshot is a settled one.
+    wait_for("DAD on the nodes", Duration::from_secs(10), || {
+        c.nodes
+            .iter()
+            .all(|n| !n.ns.exec(&["ip", "-6", "addr"]).contains("tentative"))
+    });
+    let pristine = c.snapshots();
+    c.daemons();
 
     // Phase 1: auto mode, direct on the LAN, VXLAN to and from n4.
     c.wait_converged(4, 6);
+    let shown = status_text(&c.nodes[0]);
+    assert!(
+        shown.contains("CLUSTER node n1  mode auto  4 Nodes"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("tunnel wcni-vx4  vni 1  port 4789  local 192.168.77.1  mtu 1450"),
+        "{shown}"
+    );
     let n1 = c.nodes[0].routes();
     assert!(
         n1.contains("10.244.2.0/24 via 192.168.77.2 dev eth0"),
@@ -500,12 +551,21 @@ fn pods_on_different_nodes_reach_each_other_and_hostile_nodes_change_nothing() {
         },
     );
     std::thread::sleep(Duration::from_millis(1500));
-    assert_eq!(c.snapshots(), before, "a hostile Node changed a node");
+    same(&c.snapshots(), &before, "a hostile Node changed a node");
+    let shown = status_text(&c.nodes[3]);
+    assert!(
+        shown.contains("refused node h-default: 0.0.0.0/0 is wider"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("refused node h-lan: 192.168.77.0/25 holds"),
+        "{shown}"
+    );
     for (name, _, _) in &hostile {
         c.api.send(json!({ "delete": name }));
     }
     c.wait_converged(4, 6);
-    assert_eq!(c.snapshots(), before, "the hostile Nodes left a trace");
+    same(&c.snapshots(), &before, "the hostile Nodes left a trace");
 
     // Phase 3: a Node added, changed and deleted.
     c.api.put(node_object(
@@ -535,7 +595,7 @@ fn pods_on_different_nodes_reach_each_other_and_hostile_nodes_change_nothing() {
     );
     c.api.send(json!({ "delete": "n5" }));
     c.wait_converged(4, 6);
-    assert_eq!(c.snapshots(), before);
+    same(&c.snapshots(), &before, "a Node's change left a trace");
 
     // Phase 4: the watch expires (410): every daemon lists again and
     // sees a Node added after.
@@ -555,7 +615,7 @@ fn pods_on_different_nodes_reach_each_other_and_hostile_nodes_change_nothing() {
     c.api.send(json!({ "down": true }));
     std::thread::sleep(Duration::from_secs(5));
     c.all_pairs_reach();
-    assert_eq!(c.snapshots(), before, "an outage changed a node");
+    same(&c.snapshots(), &before, "an outage changed a node");
     assert!(c.nodes.iter().all(|n| !n.status()["apiError"].is_null()));
     c.api.send(json!({ "down": false }));
     c.api.put(node_object(
@@ -573,7 +633,7 @@ fn pods_on_different_nodes_reach_each_other_and_hostile_nodes_change_nothing() {
     std::thread::sleep(Duration::from_secs(2));
     c.api.send(json!({ "stall": false }));
     c.wait_converged(4, 6);
-    assert_eq!(c.snapshots(), before);
+    same(&c.snapshots(), &before, "a Node's change left a trace");
 
     // Phase 7: the daemon killed and started again, traffic flowing
     // across: nothing is lost and nothing changes.
@@ -597,7 +657,11 @@ fn pods_on_different_nodes_reach_each_other_and_hostile_nodes_change_nothing() {
         assert!(text.contains(" 0% packet loss"), "{signal}: {text}");
         c.wait_converged(4, 6);
         std::thread::sleep(Duration::from_millis(1500));
-        assert_eq!(c.snapshots(), before, "a restart ({signal}) changed a node");
+        same(
+            &c.snapshots(),
+            &before,
+            "a restart ({signal}) changed a node",
+        );
         let changes: Vec<u64> = c
             .nodes
             .iter()
@@ -608,4 +672,22 @@ fn pods_on_different_nodes_reach_each_other_and_hostile_nodes_change_nothing() {
             "the new daemon on n1 changed something: {changes:?}"
         );
     }
+    // Phase 8: `wasm-cni uninstall` on every node, its daemon stopped:
+    // links, addresses, routes of every table, neighbours and sysctls as
+    // they were before cluster mode started; the pods' own stay.
+    for n in &mut c.nodes {
+        n.daemon.as_mut().unwrap().stop_with("TERM");
+        let status = n.dir.join("cluster.json");
+        let out = n.ns.exec(&[
+            wasm_cni_bin().to_str().unwrap(),
+            "uninstall",
+            "--record",
+            n.dir.join("no-record.json").to_str().unwrap(),
+            "--cluster-status",
+            status.to_str().unwrap(),
+        ]);
+        assert!(out.contains("removed cluster mode's routes"), "{out}");
+        assert!(!status.exists());
+    }
+    same(&c.snapshots(), &pristine, "uninstall left something behind");
 }

@@ -103,6 +103,14 @@ pub struct UninstallArgs {
     /// How long to wait for an install or uninstall of the same record.
     #[arg(long, value_name = "MS", default_value_t = RECORD_LOCK_WAIT_MS)]
     lock_wait_ms: u64,
+    /// Cluster mode's status file (`daemon --cluster-status`), removed
+    /// with its routes and tunnels.
+    #[arg(
+        long,
+        value_name = "FILE",
+        default_value = "/run/wasm-cni/cluster.json"
+    )]
+    cluster_status: PathBuf,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -470,6 +478,7 @@ pub fn uninstall(a: &UninstallArgs) -> Result<i32, String> {
             "nothing to uninstall: {} does not exist",
             a.record.display()
         );
+        remove_cluster_mode(&a.cluster_status)?;
         return Ok(0);
     };
     // Attachments before anything is removed: containerd tears a pod's
@@ -542,7 +551,35 @@ pub fn uninstall(a: &UninstallArgs) -> Result<i32, String> {
         // What was changed by someone else stays recorded, and named.
         record.save(&a.record)?;
     }
+    remove_cluster_mode(&a.cluster_status)?;
     Ok(0)
+}
+
+/// Remove what cluster mode made on this node: its routes (protocol 157),
+/// its tunnels and their entries, and its status file; nothing it does not
+/// mark as its own. A daemon still running cluster mode would put them
+/// back: it is stopped first (the DaemonSet deleted).
+fn remove_cluster_mode(status: &Path) -> Result<(), String> {
+    use wasm_cni_kernel::fabric::{reconcile, KernelFabric, Layout};
+    let mut fabric = KernelFabric::open(wasm_cni_kernel::net::NsRef::Current)
+        .map_err(|e| format!("cluster mode's routes: {e}"))?;
+    let done = reconcile(&mut fabric, &Layout::default())
+        .map_err(|e| format!("cluster mode's routes: {e}"))?;
+    if done.removed > 0 {
+        println!(
+            "removed cluster mode's routes, tunnels and tunnel peers ({})",
+            done.removed
+        );
+    }
+    if let Some(f) = done.failed.first() {
+        return Err(format!("cluster mode's routes: {f}"));
+    }
+    match fs::remove_file(status) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(format!("{}: {e}", status.display()))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Remove `path` if it still holds what install wrote there; otherwise

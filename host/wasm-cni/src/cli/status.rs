@@ -36,6 +36,14 @@ pub struct StatusArgs {
     /// (`unix:PATH` or `tcp:ADDRESS:PORT`).
     #[arg(long, value_name = "ADDR")]
     metrics: Option<MetricsAddr>,
+    /// What the daemon's cluster mode last did (`daemon --cluster-status`);
+    /// shown when the file is there.
+    #[arg(
+        long,
+        default_value = "/run/wasm-cni/cluster.json",
+        value_name = "FILE"
+    )]
+    cluster_status: PathBuf,
     #[arg(long)]
     json: bool,
 }
@@ -46,6 +54,9 @@ struct Node {
     networks: Vec<Network>,
     #[serde(skip_serializing_if = "Option::is_none")]
     daemon: Option<Daemon>,
+    /// Cluster mode's own account, as the daemon wrote it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cluster: Option<Value>,
     /// Configs that name wasm-cni but could not be read.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     problems: Vec<String>,
@@ -158,8 +169,21 @@ pub fn status(a: &StatusArgs) -> Result<i32, String> {
     let mut node = Node {
         networks: Vec::new(),
         daemon: a.metrics.as_ref().map(daemon),
+        cluster: None,
         problems: Vec::new(),
     };
+    match std::fs::read(&a.cluster_status) {
+        Ok(bytes) => match serde_json::from_slice::<Value>(&bytes) {
+            Ok(v) => node.cluster = Some(v),
+            Err(e) => node
+                .problems
+                .push(format!("{}: {e}", a.cluster_status.display())),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => node
+            .problems
+            .push(format!("{}: {e}", a.cluster_status.display())),
+    }
     for file in files {
         match network(&file) {
             Ok(Some(n)) => node.networks.push(n),
@@ -688,8 +712,65 @@ fn render(node: &Node) -> String {
             }
         }
     }
+    if let Some(c) = &node.cluster {
+        out.push_str(&render_cluster(c));
+    }
     for p in &node.problems {
         out.push_str(&wrap(p, "! "));
+    }
+    out
+}
+
+/// Cluster mode's section. Every string in it may quote an API object, so
+/// each is shown neutralised.
+fn render_cluster(c: &Value) -> String {
+    let text = |v: &Value| shown(Shown(v.as_str().unwrap_or("?")));
+    let list = |k: &str| c[k].as_array().cloned().unwrap_or_default();
+    let mut out = format!(
+        "CLUSTER node {}  mode {}  {} Nodes{}\n",
+        text(&c["node"]),
+        text(&c["mode"]),
+        c["nodes"].as_u64().unwrap_or(0),
+        if c["listed"].as_bool() == Some(true) {
+            ""
+        } else {
+            "  (not listed yet: nothing applied)"
+        }
+    );
+    if let Some(e) = c["apiError"].as_str() {
+        out.push_str(&wrap(
+            &format!("the API server: {e}; keeping what is applied"),
+            "  ! ",
+        ));
+    }
+    for t in list("tunnels") {
+        out.push_str(&format!(
+            "  tunnel {}  vni {}  port {}  local {}  mtu {}\n",
+            text(&t["name"]),
+            t["vni"],
+            t["port"],
+            text(&t["local"]),
+            t["mtu"]
+        ));
+    }
+    out.push_str(&format!(
+        "  routes ({}), tunnel peers ({})\n",
+        list("routes").len(),
+        c["peers"].as_u64().unwrap_or(0)
+    ));
+    for r in list("routes") {
+        out.push_str(&format!("    {}\n", text(&r)));
+    }
+    for r in list("refused") {
+        out.push_str(&wrap(
+            &format!("refused node {}: {}", text(&r["node"]), text(&r["why"])),
+            "  ! ",
+        ));
+    }
+    for k in ["skipped", "conflicts"] {
+        for x in list(k) {
+            out.push_str(&wrap(&text(&x), "  ! "));
+        }
     }
     out
 }
@@ -823,12 +904,34 @@ mod tests {
                 errors: vec![],
             }],
             daemon: None,
+            // What an API object put in the daemon's account: shown, never
+            // obeyed by the terminal.
+            cluster: Some(serde_json::json!({
+                "node": "n1", "mode": "auto", "nodes": 3, "listed": true,
+                "apiError": "503: etcd \u{1b}[2Jleader changed",
+                "tunnels": [{"name": "wcni-vx4", "vni": 1, "port": 4789, "local": "192.168.1.1", "mtu": 1450}],
+                "routes": ["10.244.2.0/24 via 192.168.1.2 dev eth0"], "peers": 1,
+                "refused": [{"node": "x", "why": "0.0.0.0/0 is wider than a /16 \u{1b}]0;owned\u{7}"}],
+                "skipped": [], "conflicts": [],
+            })),
             problems: vec![],
         };
         let text = render(&node);
         for line in text.lines() {
             assert!(line.chars().count() <= 80, "{line:?}");
         }
+        assert!(
+            !text.contains('\u{1b}') && !text.contains('\u{7}'),
+            "{text:?}"
+        );
+        assert!(
+            text.contains("CLUSTER node n1  mode auto  3 Nodes"),
+            "{text}"
+        );
+        assert!(
+            text.contains("refused node x: 0.0.0.0/0 is wider"),
+            "{text}"
+        );
         assert!(text.contains("NOT READY (50)"), "{text}");
         assert!(text.contains("10.244.3.9 in 45.0s"), "{text}");
     }
