@@ -163,10 +163,12 @@ impl Node {
     }
 
     /// What cluster mode owns or could touch on the node, as text: links,
-    /// addresses, routes of every table, and the tunnels' entries.
+    /// addresses, routes of every table, the tunnels' entries, nf_tables.
     fn snapshot(&self) -> String {
         let mut out = self.ns.snapshot();
         out += &self.ns.exec(&["ip", "neigh", "show", "nud", "permanent"]);
+        // Rules without their counters.
+        out += &self.ns.exec(&["nft", "-s", "list", "ruleset"]);
         for dev in ["wcni-vx4", "wcni-vx6"] {
             if self.ns.link(dev).is_some() {
                 out += &self.ns.exec(&["bridge", "fdb", "show", "dev", dev]);
@@ -186,7 +188,7 @@ impl Node {
 struct Cluster {
     nodes: Vec<Node>,
     api: Api,
-    _rt: Netns,
+    rt: Netns,
     _lan: Netns,
     plugins: TempDir,
 }
@@ -302,7 +304,7 @@ fn build() -> Cluster {
     Cluster {
         nodes,
         api,
-        _rt: rt,
+        rt,
         _lan: lan,
         plugins,
     }
@@ -454,6 +456,35 @@ fn status_text(n: &Node) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// How many packets `ns` received from `src` so far (a counter of the
+/// test's own in that namespace, made on first use).
+fn received_from(ns: &Netns, src: &str) -> u64 {
+    let family = if src.contains(':') { "ip6" } else { "ip" };
+    let _ = ns.try_exec(&["nft", "add", "table", "inet", "probe"]);
+    let _ = ns.try_exec(&[
+        "nft",
+        "add",
+        "chain",
+        "inet",
+        "probe",
+        "in",
+        "{ type filter hook input priority 0 ; }",
+    ]);
+    let listed = ns.exec(&["nft", "list", "chain", "inet", "probe", "in"]);
+    let rule = format!("{family} saddr {src} counter packets ");
+    let Some(at) = listed.find(&rule) else {
+        ns.exec(&[
+            "nft", "add", "rule", "inet", "probe", "in", family, "saddr", src, "counter",
+        ]);
+        return 0;
+    };
+    listed[at + rule.len()..]
+        .split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
 /// A ping that may need a moment for IPv6 neighbours and DAD to settle.
 fn reach(from: &Netns, dst: &str) -> bool {
     for _ in 0..10 {
@@ -512,6 +543,44 @@ fn pods_on_different_nodes_reach_each_other_and_hostile_nodes_change_nothing() {
     c.all_pairs_reach();
     let mtu = c.nodes[0].ns.link("wcni-vx4").unwrap()["mtu"].as_u64();
     assert_eq!(mtu, Some(1450));
+    // Without NAT between pods, with it on the way out: n2's pod sees n1's
+    // pod address and n4's (over the tunnel); the router, outside the
+    // cluster, sees n1's node address.
+    let (n1, n2, n4) = (&c.nodes[0], &c.nodes[1], &c.nodes[3]);
+    let n2pod = n2.pod.as_ref().unwrap();
+    assert_eq!(received_from(&c.rt, &n1.pod4), 0);
+    for (from, dst, seen, at) in [
+        (n1.pod.as_ref().unwrap(), &n2.pod4, &n1.pod4, n2pod),
+        (n4.pod.as_ref().unwrap(), &n2.pod4, &n4.pod4, n2pod),
+        (n1.pod.as_ref().unwrap(), &n2.pod6, &n1.pod6, n2pod),
+        (
+            n1.pod.as_ref().unwrap(),
+            &"192.168.77.254".to_string(),
+            &n1.v4,
+            &c.rt,
+        ),
+        (
+            n1.pod.as_ref().unwrap(),
+            &"fd77::fe".to_string(),
+            &n1.v6,
+            &c.rt,
+        ),
+        (
+            n4.pod.as_ref().unwrap(),
+            &"192.168.78.254".to_string(),
+            &n4.v4,
+            &c.rt,
+        ),
+    ] {
+        let before = received_from(at, seen);
+        assert!(reach(from, dst), "{dst}");
+        assert!(received_from(at, seen) > before, "{dst} did not see {seen}");
+    }
+    assert_eq!(
+        received_from(&c.rt, &n1.pod4),
+        0,
+        "a pod's address left the cluster"
+    );
 
     // Phase 2: hostile Nodes, each refused on every node, each leaving
     // every node as it was.

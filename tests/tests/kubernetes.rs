@@ -73,7 +73,7 @@ fn validator() -> PathBuf {
 }
 
 #[test]
-fn the_manifests_validate_strictly_and_grant_only_what_install_reads() {
+fn the_manifests_validate_strictly_and_grant_only_what_install_and_cluster_mode_read() {
     let validate = validator();
     for path in manifests() {
         let out = Command::new(&validate)
@@ -99,10 +99,12 @@ fn the_manifests_validate_strictly_and_grant_only_what_install_reads() {
     assert!(!out.status.success(), "a misspelt field passed");
 
     let docs = documents();
+    // Reads of Nodes, nothing more: the installer gets its own, the
+    // daemon's cluster mode lists and watches them all; neither writes.
     let role = find(&docs, "ClusterRole");
     assert_eq!(
         role["rules"],
-        json!([{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}])
+        json!([{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}])
     );
     let ds = find(&docs, "DaemonSet");
     let spec = &ds["spec"]["template"]["spec"];
@@ -130,6 +132,21 @@ fn the_manifests_validate_strictly_and_grant_only_what_install_reads() {
     // directory only root enters, never a TCP port a local user could take
     // first, by exec, which checks who answers.
     let daemon = &spec["containers"][0];
+    assert!(
+        daemon["args"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("--cluster-node=$(NODE_NAME)")),
+        "cluster mode is the default: {}",
+        daemon["args"]
+    );
+    let template = find(&docs, "ConfigMap")["data"]["template.json"]
+        .as_str()
+        .unwrap();
+    assert!(
+        !template.contains("ipMasq"),
+        "the bridge would NAT pod to pod"
+    );
     let metrics = "--metrics=unix:/run/wasm-cni/metrics.sock";
     assert!(
         daemon["args"].as_array().unwrap().contains(&json!(metrics)),
@@ -147,7 +164,8 @@ fn the_manifests_validate_strictly_and_grant_only_what_install_reads() {
     // privileged says it all; capabilities beside it said nothing.
     assert_eq!(daemon["securityContext"]["privileged"], true);
     assert!(daemon["securityContext"].get("capabilities").is_none());
-    // Only the installer gets a service-account token.
+    // The installer and the daemon (cluster mode) get the token, each
+    // mounted once and read-only; nothing else of the pod does.
     assert_eq!(spec["automountServiceAccountToken"], false);
     let token_mounts = |c: &Value| {
         c["volumeMounts"]
@@ -164,7 +182,8 @@ fn the_manifests_validate_strictly_and_grant_only_what_install_reads() {
             .count()
     };
     assert_eq!(token_mounts(&spec["initContainers"][0]), 1);
-    assert_eq!(token_mounts(daemon), 0);
+    assert_eq!(token_mounts(daemon), 1);
+    assert_eq!(spec["containers"].as_array().unwrap().len(), 1);
     // The installer runs with no capability at all.
     let init = &spec["initContainers"][0];
     assert_eq!(
@@ -495,6 +514,8 @@ impl Node {
             .as_array_mut()
             .unwrap()
             .push(json!({"name": "run", "mountPath": "/run/wasm-cni", "readOnly": true}));
+        // It also removes cluster mode's routes and table from the node.
+        c["securityContext"]["capabilities"]["add"] = json!(["NET_ADMIN"]);
         let args = ["uninstall", "--record=/var/lib/wasm-cni/install.json"].map(String::from);
         self.podman_run(&c, image, None, &args)
     }
@@ -753,6 +774,15 @@ fn containerd_runs_pods_on_the_daemonset_through_an_upgrade_and_uninstall() {
     assert!(cri.list_pods().unwrap().is_empty());
     let veths = node.ns.exec(&["ip", "-o", "link", "show", "type", "veth"]);
     assert!(veths.trim().is_empty(), "left behind: {veths}");
+    // Cluster mode (the stand-in API server lists node-a alone): the pods
+    // leave the cluster masqueraded.
+    let nat = node
+        .ns
+        .exec(&["nft", "list", "table", "inet", "wasm_cni_cluster"]);
+    assert!(
+        nat.contains("ip saddr 10.244.3.0/24 ip daddr 10.244.3.0/24 return"),
+        "{nat}"
+    );
 
     // An upgrade while the kubelet starts and stops pods: the DaemonSet's
     // pod is replaced (SIGTERM), the new init container installs another
@@ -881,6 +911,11 @@ fn containerd_runs_pods_on_the_daemonset_through_an_upgrade_and_uninstall() {
     assert!(cri.list_pods().unwrap().is_empty());
     let veths = node.ns.exec(&["ip", "-o", "link", "show", "type", "veth"]);
     assert!(veths.trim().is_empty(), "left behind: {veths}");
+    let tables = node.ns.exec(&["nft", "list", "tables"]);
+    assert!(
+        !tables.contains("wasm_cni_cluster"),
+        "left behind: {tables}"
+    );
     let names: Vec<String> = fs::read_dir(&conf_dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())

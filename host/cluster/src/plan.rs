@@ -21,7 +21,7 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 use wasm_cni_model::fabric::{
-    vtep_mac, vtep_name, vxlan_overhead, Connected, Layout, PeerRoute, Vtep, VxlanPeer,
+    vtep_mac, vtep_name, vxlan_overhead, Connected, Layout, Masquerade, PeerRoute, Vtep, VxlanPeer,
 };
 use wasm_cni_model::net::IpNetFamily;
 
@@ -111,6 +111,9 @@ pub struct Settings {
     pub vni: u32,
     pub port: u16,
     pub bounds: PodCidrBounds,
+    /// SNAT this node's pods' traffic to anywhere but the cluster's pod
+    /// CIDRs to the node's address.
+    pub masquerade: bool,
 }
 
 /// A Node that adds nothing, and why.
@@ -274,6 +277,20 @@ pub fn plan(s: &Settings, nodes: &BTreeMap<String, Node>, connected: &[Connected
         }
     }
     out.cluster_cidrs.extend(my_cidrs.iter().copied());
+    if s.masquerade {
+        for pods in &my_cidrs {
+            let except = out
+                .cluster_cidrs
+                .iter()
+                .filter(|c| c.is_ipv4() == pods.is_ipv4())
+                .copied()
+                .collect();
+            out.layout.masquerade.insert(Masquerade {
+                pods: *pods,
+                except,
+            });
+        }
+    }
     out.refused = refused
         .into_iter()
         .map(|(node, why)| Refusal { node, why })
@@ -418,6 +435,7 @@ mod tests {
             vni: 1,
             port: 4789,
             bounds: PodCidrBounds::DEFAULT,
+            masquerade: true,
         }
     }
 
@@ -524,6 +542,27 @@ mod tests {
             .any(|x| x.remote.to_string() == "192.168.2.3"
                 && x.mac == vtep_mac("192.168.2.3".parse().unwrap())));
         assert_eq!(p.cluster_cidrs.len(), 6);
+        // Pods leave the cluster with the node's address, and reach every
+        // pod CIDR with their own.
+        let m: Vec<String> = p
+            .layout
+            .masquerade
+            .iter()
+            .map(|m| {
+                format!(
+                    "{} {:?}",
+                    m.pods,
+                    m.except.iter().map(ToString::to_string).collect::<Vec<_>>()
+                )
+            })
+            .collect();
+        assert_eq!(
+            m,
+            [
+                r#"10.244.0.0/24 ["10.244.0.0/24", "10.244.1.0/24", "10.244.2.0/24"]"#,
+                r#"fd00:10:244::/64 ["fd00:10:244::/64", "fd00:10:244:1::/64", "fd00:10:244:2::/64"]"#,
+            ]
+        );
 
         let all = plan(&settings(Mode::Vxlan), &cluster(), &connected());
         assert!(all.refused.is_empty());

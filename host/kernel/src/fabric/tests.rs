@@ -90,6 +90,25 @@ fn layout(shrink: u32) -> Layout {
     }
     l.routes.insert(direct("10.244.9.0/24", "192.168.50.9"));
     l.routes.insert(direct("fd00:10:244:9::/64", "fd50::9"));
+    for (pods, except) in [
+        (
+            "10.244.1.0/24",
+            ["10.244.1.0/24", "10.244.2.0/24", "10.244.3.0/24"],
+        ),
+        (
+            "fd00:10:244:1::/64",
+            [
+                "fd00:10:244:1::/64",
+                "fd00:10:244:2::/64",
+                "fd00:10:244:3::/64",
+            ],
+        ),
+    ] {
+        l.masquerade.insert(Masquerade {
+            pods: pods.parse().unwrap(),
+            except: except.iter().map(|e| e.parse().unwrap()).collect(),
+        });
+    }
     l
 }
 
@@ -107,7 +126,7 @@ fn suite(f: &mut dyn Fabric) {
     let want = layout(0);
     let done = reconcile(f, &want).unwrap();
     assert_eq!(done.failed, Vec::<String>::new());
-    assert_eq!((done.added, done.removed), (2 + 4 + 6, 0));
+    assert_eq!((done.added, done.removed), (2 + 4 + 6 + 2, 0));
     assert_eq!(f.observe().unwrap(), want);
     assert!(reconcile(f, &want).unwrap().is_noop());
     // The tunnels are not places to reach peers directly.
@@ -117,11 +136,25 @@ fn suite(f: &mut dyn Fabric) {
     // is, and everything else is applied.
     let mut clash = want.clone();
     clash.routes.insert(direct("10.99.0.0/24", "192.168.50.7"));
+    // A node gone: its CIDR is no longer the cluster's.
+    clash.masquerade = clash
+        .masquerade
+        .iter()
+        .map(|m| Masquerade {
+            except: m
+                .except
+                .iter()
+                .filter(|e| !e.to_string().contains("2.0/24"))
+                .copied()
+                .collect(),
+            ..m.clone()
+        })
+        .collect();
     let (p4, r4) = peer(false, 2);
     clash.routes.remove(&r4);
     clash.peers.remove(&p4);
     let done = reconcile(f, &clash).unwrap();
-    assert_eq!(done.removed, 2, "{done:?}");
+    assert_eq!(done.removed, 3, "{done:?}");
     assert_eq!(done.failed.len(), 1, "{done:?}");
     assert!(done.failed[0].contains("10.99.0.0/24"), "{done:?}");
     let mut got = clash.clone();
@@ -199,6 +232,9 @@ fn the_kernel_keeps_to_its_own() {
         "ip addr add fd50::2/64 dev up0 nodad",
         "ip route add 10.99.0.0/24 via 192.168.50.1",
         "ip link add wcni-vx9 type bridge",
+        "nft add table inet operator",
+        "nft add chain inet operator post { type nat hook postrouting priority 100 ; }",
+        "nft add rule inet operator post ip saddr 10.244.1.0/24 masquerade",
     ] {
         node.exec(&cmd.split(' ').collect::<Vec<_>>());
     }
@@ -206,6 +242,7 @@ fn the_kernel_keeps_to_its_own() {
         (
             n.exec(&["ip", "-d", "link", "show", "wcni-vx9"]),
             n.exec(&["ip", "route", "show", "10.99.0.0/24"]),
+            n.exec(&["nft", "list", "table", "inet", "operator"]),
         )
     };
     let foreign = before(&node);
@@ -238,8 +275,19 @@ fn the_kernel_keeps_to_its_own() {
     let neigh = node.exec(&["ip", "neigh", "show", "dev", "wcni-vx4"]);
     assert!(neigh.contains("10.244.3.0 lladdr"), "{neigh}");
     assert!(neigh.contains("PERMANENT"), "{neigh}");
+    let nat = node.exec(&["nft", "list", "table", "inet", NAT_TABLE]);
+    for want in [
+        "type nat hook postrouting priority srcnat; policy accept;",
+        "ip saddr 10.244.1.0/24 ip daddr 10.244.2.0/24 return comment \"cluster-return 10.244.1.0/24 10.244.2.0/24\"",
+        "ip saddr 10.244.1.0/24 ip daddr != 224.0.0.0/4 counter packets 0 bytes 0 masquerade",
+        "ip6 saddr fd00:10:244:1::/64 ip6 daddr fd00:10:244:3::/64 return",
+    ] {
+        assert!(nat.contains(want), "{want}: {nat}");
+    }
     reconcile(&mut f, &Layout::default()).unwrap();
 
     suite(&mut f);
     assert_eq!(before(&node), foreign);
+    let left = node.exec(&["nft", "list", "tables"]);
+    assert!(!left.contains(NAT_TABLE), "{left}");
 }

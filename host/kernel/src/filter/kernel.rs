@@ -40,10 +40,12 @@ use std::sync::{Arc, Mutex};
 
 use self::nfnl::{
     Expr, Hook, Msg, NfError, NfSocket, RuleInfo, ERESTART, NFPROTO_BRIDGE, NFPROTO_INET,
-    NFPROTO_IPV4, NFPROTO_IPV6, NFT_JUMP, NF_ACCEPT, NF_DROP, REG_1, REG_2,
+    NFPROTO_IPV4, NFPROTO_IPV6, NFT_JUMP, NFT_RETURN, NF_ACCEPT, NF_DROP, REG_1, REG_2,
 };
 use super::{port_clash, Entry, Filter, FilterError, Owned, Rule, Tag, TABLE};
 use crate::net::{IpNet, IpNetFamily, Ipv4Net, Ipv6Net};
+use std::collections::BTreeMap;
+use wasm_cni_model::fabric::{Masquerade, NAT_TABLE};
 
 /// How often a step whose batch lost a race with another writer reads the
 /// ruleset again before giving up.
@@ -678,5 +680,101 @@ impl Filter for KernelFilter {
             }
         }
         Ok(out)
+    }
+}
+
+/// Cluster mode's masquerade: the table `inet` [`NAT_TABLE`] with one
+/// postrouting chain, replaced whole in one batch whenever it changes (the
+/// connections already translated keep their binding in conntrack). For
+/// each of the node's pod CIDRs: a `return` per cluster CIDR, then a
+/// masquerade of the rest but multicast. Each rule's comment says what it
+/// is, which is how the table is read back.
+pub(crate) struct ClusterNat {
+    sock: NfSocket,
+}
+
+const RETURN: &str = "cluster-return";
+const MASQ: &str = "cluster-masquerade";
+
+impl ClusterNat {
+    pub(crate) fn open(ns: std::os::fd::BorrowedFd<'_>) -> std::io::Result<Self> {
+        crate::net::in_netns(ns, NfSocket::new).map(|sock| ClusterNat { sock })
+    }
+
+    pub(crate) fn observe(&mut self) -> Result<BTreeSet<Masquerade>, NfError> {
+        let mut out: BTreeMap<IpNet, BTreeSet<IpNet>> = BTreeMap::new();
+        for r in self
+            .sock
+            .rules(NFPROTO_INET, NAT_TABLE)?
+            .unwrap_or_default()
+        {
+            let Some(c) = r.comment else { continue };
+            let words: Vec<&str> = c.split(' ').collect();
+            match words.as_slice() {
+                [RETURN, pods, except] => {
+                    if let (Ok(p), Ok(e)) = (pods.parse(), except.parse()) {
+                        out.entry(p).or_default().insert(e);
+                    }
+                }
+                [MASQ, pods] => {
+                    if let Ok(p) = pods.parse() {
+                        out.entry(p).or_default();
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(out
+            .into_iter()
+            .map(|(pods, except)| Masquerade { pods, except })
+            .collect())
+    }
+
+    pub(crate) fn apply(&mut self, want: &BTreeSet<Masquerade>) -> Result<(), NfError> {
+        // Made first so that the delete cannot miss, in the same batch.
+        let mut msgs = vec![
+            nfnl::new_table(NFPROTO_INET, NAT_TABLE),
+            nfnl::del_table(NFPROTO_INET, NAT_TABLE),
+        ];
+        if !want.is_empty() {
+            msgs.push(nfnl::new_table(NFPROTO_INET, NAT_TABLE));
+            msgs.push(nfnl::new_chain(
+                NFPROTO_INET,
+                NAT_TABLE,
+                POSTROUTING,
+                hook(NF_INET_POST_ROUTING, 100, "nat"),
+            ));
+        }
+        for m in want {
+            let v4 = m.pods.is_ipv4();
+            let from = || {
+                let mut x: Vec<Expr> = nfproto(v4).into();
+                x.extend(addr_match(true, &m.pods, NFT_CMP_EQ));
+                x
+            };
+            for e in m.except.iter().filter(|e| e.is_ipv4() == v4) {
+                let mut x = from();
+                x.extend(addr_match(false, e, NFT_CMP_EQ));
+                x.push(verdict(NFT_RETURN));
+                msgs.push(nfnl::new_rule(
+                    NFPROTO_INET,
+                    NAT_TABLE,
+                    POSTROUTING,
+                    &x,
+                    &format!("{RETURN} {} {e}", m.pods),
+                ));
+            }
+            let mut x = from();
+            x.extend(addr_match(false, &multicast(v4), NFT_CMP_NEQ));
+            x.extend([Expr::Counter, Expr::Masquerade]);
+            msgs.push(nfnl::new_rule(
+                NFPROTO_INET,
+                NAT_TABLE,
+                POSTROUTING,
+                &x,
+                &format!("{MASQ} {}", m.pods),
+            ));
+        }
+        self.sock.batch(&msgs, None)
     }
 }

@@ -3,7 +3,7 @@
 //! the nf_tables backend lives here. One behavioural suite (`tests`) runs
 //! against it and `MemoryFilter`.
 
-mod kernel;
+pub(crate) mod kernel;
 #[cfg(test)]
 mod tests;
 

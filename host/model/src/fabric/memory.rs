@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use ipnet::IpNet;
 
-use super::{Connected, Fabric, Layout, PeerRoute, Vtep, VxlanPeer, VTEP_PREFIX};
+use super::{Connected, Fabric, Layout, Masquerade, PeerRoute, Vtep, VxlanPeer, VTEP_PREFIX};
 use crate::net::NetError;
 
 #[derive(Debug, Default, Clone)]
@@ -126,6 +126,11 @@ impl Fabric for MemoryFabric {
             return Err(NetError::Exists(format!("peer {} on {}", p.vtep, p.dev)));
         }
         self.own.peers.insert(p.clone());
+        Ok(())
+    }
+
+    fn set_masquerade(&mut self, m: &BTreeSet<Masquerade>) -> Result<(), NetError> {
+        self.own.masquerade = m.clone();
         Ok(())
     }
 

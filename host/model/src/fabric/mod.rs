@@ -9,7 +9,9 @@
 //! * routes by their protocol, [`ROUTE_PROTOCOL`] (`ip route` shows
 //!   `proto 157`), in the main table;
 //! * tunnel devices by kind `vxlan` and a name starting [`VTEP_PREFIX`];
-//! * peers (forwarding and neighbour entries) by living on such a device.
+//! * peers (forwarding and neighbour entries) by living on such a device;
+//! * the masquerade of pod traffic leaving the cluster by its nf_tables
+//!   table, `inet` [`NAT_TABLE`], each rule's comment saying what it is.
 //!
 //! [`reconcile`] turns what a backend observes into a wanted [`Layout`]
 //! by removing what is marked and not wanted and adding what is missing. It
@@ -130,17 +132,33 @@ pub struct Connected {
     pub mtu: u32,
 }
 
+/// Traffic from this node's pods in `pods` to anywhere but `except` (the
+/// cluster's pod CIDRs of that family) and multicast leaves with the node's
+/// address: pod to pod and node to pod is never NATed.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Masquerade {
+    pub pods: IpNet,
+    pub except: BTreeSet<IpNet>,
+}
+
+/// The nf_tables table cluster mode owns (family `inet`).
+pub const NAT_TABLE: &str = "wasm_cni_cluster";
+
 /// Everything of cluster mode's own on a node, observed or wanted.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Layout {
     pub vteps: BTreeMap<String, Vtep>,
     pub peers: BTreeSet<VxlanPeer>,
     pub routes: BTreeSet<PeerRoute>,
+    pub masquerade: BTreeSet<Masquerade>,
 }
 
 impl Layout {
     pub fn is_empty(&self) -> bool {
-        self.vteps.is_empty() && self.peers.is_empty() && self.routes.is_empty()
+        self.vteps.is_empty()
+            && self.peers.is_empty()
+            && self.routes.is_empty()
+            && self.masquerade.is_empty()
     }
 }
 
@@ -171,6 +189,9 @@ pub trait Fabric: Send {
     fn del_vtep(&mut self, name: &str) -> Result<(), NetError>;
     fn add_peer(&mut self, p: &VxlanPeer) -> Result<(), NetError>;
     fn del_peer(&mut self, p: &VxlanPeer) -> Result<(), NetError>;
+    /// Make the masquerade exactly `m`, at once (no packet sees half of
+    /// it); empty removes cluster mode's table.
+    fn set_masquerade(&mut self, m: &BTreeSet<Masquerade>) -> Result<(), NetError>;
 }
 
 /// What one [`reconcile`] did.
@@ -250,6 +271,12 @@ pub fn reconcile(f: &mut dyn Fabric, want: &Layout) -> Result<Changes, NetError>
         if record(format!("adding route {r}"), f.add_route(r)) {
             done.added += 1;
         }
+    }
+    if have.masquerade != want.masquerade
+        && record("masquerade".into(), f.set_masquerade(&want.masquerade))
+    {
+        done.added += want.masquerade.difference(&have.masquerade).count();
+        done.removed += have.masquerade.difference(&want.masquerade).count();
     }
     done.failed = failed;
     Ok(done)

@@ -98,6 +98,10 @@ struct ClusterArgs {
     /// VXLAN where not), direct, or vxlan.
     #[arg(long, default_value = "auto", value_name = "MODE")]
     cluster_mode: wasm_cni_cluster::plan::Mode,
+    /// SNAT this node's pods' traffic leaving the cluster (to anywhere but
+    /// the Nodes' pod CIDRs) to the node's address.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    cluster_masquerade: bool,
     /// The VXLAN network identifier, the same on every node.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16_777_215))]
     vxlan_vni: u32,
@@ -152,6 +156,7 @@ fn start_cluster(c: ClusterArgs) -> Result<(), String> {
             mode: c.cluster_mode,
             vni: c.vxlan_vni,
             port: c.vxlan_port,
+            masquerade: c.cluster_masquerade,
             bounds: PodCidrBounds {
                 v4: c.min_pod_cidr_prefix_v4,
                 v6: c.min_pod_cidr_prefix_v6,

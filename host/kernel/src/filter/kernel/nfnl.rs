@@ -19,6 +19,7 @@ const NFNL_MSG_BATCH_END: u16 = 0x11;
 const NFNL_BATCH_GENID: u16 = 1;
 
 const NFT_MSG_NEWTABLE: u16 = 0;
+const NFT_MSG_DELTABLE: u16 = 2;
 const NFT_MSG_NEWCHAIN: u16 = 3;
 const NFT_MSG_NEWRULE: u16 = 6;
 const NFT_MSG_GETRULE: u16 = 7;
@@ -67,6 +68,7 @@ pub const REG_2: u32 = 2;
 pub const NF_DROP: i32 = 0;
 pub const NF_ACCEPT: i32 = 1;
 pub const NFT_JUMP: i32 = -3;
+pub const NFT_RETURN: i32 = -5;
 
 /// A batch answered with this was refused because the ruleset changed
 /// since the generation it named.
@@ -269,6 +271,19 @@ pub fn new_table(family: u8, table: &str) -> Msg {
     Msg {
         kind: NFT_MSG_NEWTABLE,
         flags: NLM_F_CREATE,
+        family,
+        attrs: a.0,
+    }
+}
+
+/// Delete a table with its chains and rules (`ENOENT` if there is none:
+/// send [`new_table`] first in the same batch to make it certain).
+pub fn del_table(family: u8, table: &str) -> Msg {
+    let mut a = Attrs::default();
+    a.str(NFTA_TABLE_NAME, table);
+    Msg {
+        kind: NFT_MSG_DELTABLE,
+        flags: 0,
         family,
         attrs: a.0,
     }

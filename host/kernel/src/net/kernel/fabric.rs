@@ -1,6 +1,7 @@
 //! [`Fabric`] on the kernel: routes marked with [`ROUTE_PROTOCOL`], VXLAN
 //! devices named [`VTEP_PREFIX`]`*`, and the permanent neighbour and
-//! forwarding entries on them, over the namespace's rtnetlink socket.
+//! forwarding entries on them, over the namespace's rtnetlink socket; the
+//! masquerade in its own nf_tables table.
 
 use netlink_packet_route::address::AddressFlags;
 use netlink_packet_route::link::{InfoVxlan, LinkFlags as NlLinkFlags};
@@ -8,16 +9,22 @@ use netlink_packet_route::neighbour::{
     NeighbourAddress, NeighbourAttribute, NeighbourFlags, NeighbourMessage, NeighbourState,
 };
 use netlink_packet_route::route::RouteFlags;
+use std::collections::BTreeSet;
+
 use wasm_cni_model::fabric::{
-    Connected, Fabric, Layout, PeerRoute, Vtep, VxlanPeer, ROUTE_PROTOCOL, VTEP_PREFIX,
+    Connected, Fabric, Layout, Masquerade, PeerRoute, Vtep, VxlanPeer, NAT_TABLE, ROUTE_PROTOCOL,
+    VTEP_PREFIX,
 };
 
 use super::*;
+use crate::filter::kernel::ClusterNat;
 
 /// The node's fabric in one namespace (the daemon's own, or a test's).
 pub struct KernelFabric {
     net: KernelNet,
     ns: NsId,
+    /// nf_tables, opened when first needed.
+    nat: Option<ClusterNat>,
 }
 
 /// A link as a dump reports it: what the fabric needs of it.
@@ -33,7 +40,18 @@ impl KernelFabric {
     pub fn open(ns: NsRef<'_>) -> Result<Self, NetError> {
         let mut net = KernelNet::new();
         let ns = net.open(ns)?;
-        Ok(KernelFabric { net, ns })
+        Ok(KernelFabric { net, ns, nat: None })
+    }
+
+    fn nat(&mut self) -> Result<&mut ClusterNat, NetError> {
+        if self.nat.is_none() {
+            let fd = self.net.ns(self.ns)?.fd.as_fd();
+            let nat = ClusterNat::open(fd).map_err(|e| io_err("netfilter socket", &e))?;
+            self.nat = Some(nat);
+        }
+        self.nat
+            .as_mut()
+            .ok_or_else(|| NetError::NotFound("netfilter socket".into()))
     }
 
     fn sock(&mut self) -> Result<&mut NlSocket, NetError> {
@@ -357,7 +375,16 @@ impl Fabric for KernelFabric {
                 }
             }
         }
+        layout.masquerade = self.nat()?.observe().map_err(|e| {
+            NetError::from_errno(e.errno, format!("listing {NAT_TABLE}: {}", e.msg))
+        })?;
         Ok(layout)
+    }
+
+    fn set_masquerade(&mut self, m: &BTreeSet<Masquerade>) -> Result<(), NetError> {
+        self.nat()?
+            .apply(m)
+            .map_err(|e| NetError::from_errno(e.errno, format!("table {NAT_TABLE}: {}", e.msg)))
     }
 
     fn add_route(&mut self, r: &PeerRoute) -> Result<(), NetError> {
