@@ -301,15 +301,21 @@ fn encode_query(s: &str) -> String {
 }
 
 fn refusal(status: StatusCode, body: &[u8]) -> ApiError {
-    let said = serde_json::from_slice::<Value>(body)
-        .map(|v| status_message(&v))
-        .unwrap_or_default();
+    let said = reply_message(body);
     let hint = match status {
         StatusCode::UNAUTHORIZED => " (the API server refused the token)",
         StatusCode::FORBIDDEN => " (RBAC needs get, list and watch on nodes)",
         _ => "",
     };
     ApiError::Failed(format!("{status}{hint}{said}"))
+}
+
+/// The message of a Status reply, as ": <message>" (bounded, without
+/// control characters), or nothing.
+pub fn reply_message(body: &[u8]) -> String {
+    serde_json::from_slice::<Value>(body)
+        .map(|v| status_message(&v))
+        .unwrap_or_default()
 }
 
 /// A Status object's message, as ": <message>" (bounded), or nothing.

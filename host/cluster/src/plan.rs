@@ -144,10 +144,6 @@ pub fn plan(s: &Settings, nodes: &BTreeMap<String, Node>, connected: &[Connected
     let mut out = Plan::default();
     let mut refused: BTreeMap<String, String> = BTreeMap::new();
     let me = nodes.get(&s.node);
-    let my_cidrs: Vec<IpNet> = me
-        .and_then(|n| n.cidrs.as_ref().ok())
-        .cloned()
-        .unwrap_or_default();
 
     // Each Node's own faults first.
     let mut valid: BTreeMap<&str, Vec<IpNet>> = BTreeMap::new();
@@ -155,6 +151,10 @@ pub fn plan(s: &Settings, nodes: &BTreeMap<String, Node>, connected: &[Connected
         let checked = n.cidrs.clone().and_then(|cidrs| {
             for c in &cidrs {
                 s.bounds.check(c)?;
+                // This node's own CIDR is on its bridge.
+                if *name == s.node {
+                    continue;
+                }
                 if let Some(link) = connected
                     .iter()
                     .find(|l| l.addr.trunc().contains(c) || c.contains(&l.addr.trunc()))
@@ -177,6 +177,9 @@ pub fn plan(s: &Settings, nodes: &BTreeMap<String, Node>, connected: &[Connected
             }
         }
     }
+    // This node's own, only if it passed: a Node of its own that is too
+    // wide masquerades nothing and tunnels nowhere.
+    let my_cidrs: Vec<IpNet> = valid.get(s.node.as_str()).cloned().unwrap_or_default();
     // Then what Nodes share: a CIDR that overlaps, an InternalIP. The Node
     // made first keeps its own (the API server sets `creationTimestamp`; no
     // client can), so a new Node takes nothing from those already there;
@@ -621,6 +624,18 @@ mod tests {
                 "is node a's",
             ),
             (
+                node("x", &["10.245.0.0/24"], &["192.168.1.2"]),
+                "is node b's",
+            ),
+            (
+                node("x", &["192.168.2.0/24"], &["192.168.1.9"]),
+                "an InternalIP of node c",
+            ),
+            (
+                node("x", &["fd02::/64"], &["fd01::9"]),
+                "an InternalIP of node c",
+            ),
+            (
                 node("x", &["10.245.0.0/24"], &["127.0.0.1"]),
                 "not a unicast",
             ),
@@ -724,6 +739,26 @@ mod tests {
             let who: Vec<&str> = p.refused.iter().map(|r| r.node.as_str()).collect();
             assert_eq!(who, ["x"], "{cidr}: {:?}", p.refused);
         }
+    }
+
+    #[test]
+    fn this_nodes_own_cidr_on_its_bridge_is_not_a_refusal() {
+        let mut conn = connected();
+        conn.push(Connected {
+            link: "cni0".into(),
+            addr: "10.244.0.1/24".parse().unwrap(),
+            mtu: 1500,
+        });
+        let p = plan(&settings(Mode::Auto), &cluster(), &conn);
+        assert_eq!(p.refused, vec![]);
+        assert_eq!(p.layout.masquerade.len(), 2);
+        // A wide one is still refused, and then masquerades nothing.
+        let mut nodes = cluster();
+        nodes.insert("a".into(), node("a", &["0.0.0.0/0"], &["192.168.1.1"]));
+        let p = plan(&settings(Mode::Auto), &nodes, &conn);
+        assert_eq!(p.refused[0].node, "a", "{:?}", p.refused);
+        assert!(p.layout.masquerade.iter().all(|m| m.pods.prefix_len() > 0));
+        assert!(routes(&p).contains(&"10.244.1.0/24 via 192.168.1.2 dev eth0".to_string()));
     }
 
     #[test]

@@ -14,6 +14,8 @@ use std::path::PathBuf;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant, SystemTime};
 
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
 use serde_json::{json, Value};
 use wasm_cni_base::log::{log, Level};
 use wasm_cni_model::fabric::{reconcile, Fabric};
@@ -21,6 +23,39 @@ use wasm_cni_model::fabric::{reconcile, Fabric};
 use crate::api::{Api, ApiError, Event};
 use crate::node::Node;
 use crate::plan::{plan, Plan, Settings};
+
+/// A metric's name and help, and the metric.
+pub type Described<M> = (&'static str, &'static str, M);
+
+/// What cluster mode counts, for the daemon's `/metrics` (each shares its
+/// value with its clones).
+#[derive(Debug, Clone, Default)]
+pub struct Gauges {
+    pub nodes: Gauge,
+    pub refused: Gauge,
+    pub routes: Gauge,
+    pub conflicts: Gauge,
+    pub api_errors: Counter,
+    pub changes: Counter,
+}
+
+impl Gauges {
+    /// Name and help of each, for the daemon's registry.
+    pub fn described(&self) -> (Vec<Described<Gauge>>, Vec<Described<Counter>>) {
+        (
+            vec![
+                ("cluster_nodes", "Node objects cluster mode knows", self.nodes.clone()),
+                ("cluster_refused_nodes", "Node objects refused by the scope rule: they add nothing (wasm-cni status says why)", self.refused.clone()),
+                ("cluster_routes", "Routes to other nodes' pod CIDRs in the plan", self.routes.clone()),
+                ("cluster_conflicts", "Changes the plan wants that the node refused (a destination another route holds)", self.conflicts.clone()),
+            ],
+            vec![
+                ("cluster_api_errors", "Failed reads of the API server (what is applied stays)", self.api_errors.clone()),
+                ("cluster_changes", "Routes, tunnels, peers and masquerades added or removed", self.changes.clone()),
+            ],
+        )
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -30,6 +65,7 @@ pub struct Options {
     pub status_file: Option<PathBuf>,
     pub resync: Duration,
     pub max_backoff: Duration,
+    pub gauges: Gauges,
 }
 
 /// What the watcher tells the reconciler.
@@ -64,9 +100,11 @@ pub fn run(opts: Options, fabric: &mut dyn Fabric) -> Result<(), String> {
             }
         }
         // Everything already waiting counts as one change.
+        let errors = state.api_errors;
         while let Ok(u) = rx.try_recv() {
             changed |= state.take(u);
         }
+        opts.gauges.api_errors.inc_by(state.api_errors - errors);
         let due = state.synced.is_none_or(|t| t.elapsed() >= opts.resync);
         if state.nodes.is_some() && (changed || due) {
             state.apply(&opts, fabric);
@@ -86,6 +124,7 @@ struct State {
     synced: Option<Instant>,
     synced_at: Option<SystemTime>,
     changes: u64,
+    api_errors: u64,
 }
 
 impl State {
@@ -117,6 +156,7 @@ impl State {
                 }
             }
             Update::Error(why) => {
+                self.api_errors += 1;
                 log(
                     Level::Warn,
                     "cluster",
@@ -164,6 +204,9 @@ impl State {
                         ),
                     );
                     self.changes += (done.added + done.removed) as u64;
+                    opts.gauges
+                        .changes
+                        .inc_by((done.added + done.removed) as u64);
                 }
                 for f in &done.failed {
                     log(Level::Warn, "cluster", f);
@@ -176,6 +219,11 @@ impl State {
                 format!("reading the node's routes: {e}"),
             ),
         }
+        let g = &opts.gauges;
+        g.nodes.set(nodes.len() as i64);
+        g.refused.set(p.refused.len() as i64);
+        g.routes.set(p.layout.routes.len() as i64);
+        g.conflicts.set(self.conflicts.len() as i64);
         self.last_plan = p;
         self.synced = Some(Instant::now());
         self.synced_at = Some(SystemTime::now());

@@ -95,6 +95,25 @@ pub struct Options {
     /// The memory the daemon may use, requests and itself; None: its
     /// cgroup's limit, if it has one.
     pub memory_limit: Option<u64>,
+    /// Series of the daemon's companions (cluster mode), served with its
+    /// own: name, help, and the metric they update.
+    pub extra_metrics: ExtraMetrics,
+}
+
+/// Gauges and counters another part of the process updates, registered
+/// under the daemon's prefix.
+#[derive(Debug, Default, Clone)]
+pub struct ExtraMetrics {
+    pub gauges: Vec<(
+        &'static str,
+        &'static str,
+        prometheus_client::metrics::gauge::Gauge,
+    )>,
+    pub counters: Vec<(
+        &'static str,
+        &'static str,
+        prometheus_client::metrics::counter::Counter,
+    )>,
 }
 
 /// A readiness check: whether the node's network can serve ADD now.
@@ -129,6 +148,7 @@ impl Options {
             otlp_endpoint: None,
             trust_policy: None,
             memory_limit: None,
+            extra_metrics: ExtraMetrics::default(),
         }
     }
 }
@@ -196,7 +216,7 @@ pub fn serve(opts: Options) -> Result<(), String> {
         .traced(opts.otlp_endpoint.is_some())
         .with_trust_policy(opts.trust_policy.clone());
     host.warm().map_err(|e| e.to_string())?;
-    let metrics = Metrics::new();
+    let metrics = Metrics::with(&opts.extra_metrics);
     let traces = match opts.otlp_endpoint.clone() {
         Some(e) => Some(
             wasm_cni_engine::trace::Exporter::start(e, metrics.span_counts())

@@ -102,7 +102,12 @@ fn duration_histogram() -> Histogram {
 }
 
 impl Metrics {
+    #[cfg(test)]
     pub fn new() -> Self {
+        Self::with(&crate::ExtraMetrics::default())
+    }
+
+    pub fn with(extra: &crate::ExtraMetrics) -> Self {
         let mut registry = Registry::with_prefix("wasm_cni");
         let requests = Family::<Labels, Counter>::default();
         let durations = Family::<Labels, Histogram, fn() -> Histogram>::new_with_constructor(
@@ -178,6 +183,12 @@ impl Metrics {
             "Trace spans dropped: the export queue full, or the collector down, slow or refusing",
             spans_dropped.clone(),
         );
+        for (name, help, g) in &extra.gauges {
+            registry.register(*name, *help, g.clone());
+        }
+        for (name, help, c) in &extra.counters {
+            registry.register(*name, *help, c.clone());
+        }
         Metrics {
             registry,
             requests,

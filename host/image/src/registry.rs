@@ -259,11 +259,7 @@ pub fn get_once(
     limit: u64,
     timeout: Duration,
 ) -> Result<Reply, String> {
-    let tls = if url.https {
-        Some(tls_connector(ca_file)?)
-    } else {
-        None
-    };
+    let tls = tls_for(url, ca_file)?;
     let origin = url.origin();
     runtime()?.block_on(async {
         let work = exchange(tls, Method::GET, url, headers, None, limit);
@@ -275,6 +271,14 @@ pub fn get_once(
             )),
         }
     })
+}
+
+/// The TLS side of a request to `url`, if it is https.
+fn tls_for(
+    url: &Url,
+    ca_file: Option<&Path>,
+) -> Result<Option<tokio_rustls::TlsConnector>, String> {
+    url.https.then(|| tls_connector(ca_file)).transpose()
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, String> {
@@ -726,11 +730,7 @@ pub fn get_lines(
     timeout: Duration,
     on_line: &mut dyn FnMut(&[u8]) -> bool,
 ) -> Result<Lines, String> {
-    let tls = if url.https {
-        Some(tls_connector(ca_file)?)
-    } else {
-        None
-    };
+    let tls = tls_for(url, ca_file)?;
     let origin = url.origin();
     runtime()?.block_on(async {
         let work = async {

@@ -135,10 +135,17 @@ struct ClusterArgs {
     api: super::kube::ApiArgs,
 }
 
-/// Start cluster mode beside the daemon, if asked for.
-fn start_cluster(c: ClusterArgs) -> Result<(), String> {
+/// Start cluster mode beside the daemon, if asked for; its metrics, for the
+/// daemon's registry.
+fn start_cluster(c: ClusterArgs) -> Result<wasm_cni_daemon::ExtraMetrics, String> {
     let Some(node) = c.cluster_node else {
-        return Ok(());
+        return Ok(wasm_cni_daemon::ExtraMetrics::default());
+    };
+    let gauges = wasm_cni_cluster::run::Gauges::default();
+    let (g, counters) = gauges.described();
+    let extra = wasm_cni_daemon::ExtraMetrics {
+        gauges: g,
+        counters,
     };
     if !wasm_cni_cluster::node::valid_name(&node) {
         return Err(format!("--cluster-node {node:?}: not a node name"));
@@ -165,6 +172,7 @@ fn start_cluster(c: ClusterArgs) -> Result<(), String> {
         status_file: Some(c.cluster_status),
         resync: Duration::from_millis(c.cluster_resync_ms.max(100)),
         max_backoff: Duration::from_millis(c.api_max_backoff_ms.max(100)),
+        gauges,
     };
     if let Some(dir) = opts.status_file.as_ref().and_then(|f| f.parent()) {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -181,7 +189,7 @@ fn start_cluster(c: ClusterArgs) -> Result<(), String> {
             }
         })
         .map_err(|e| format!("cannot start cluster mode: {e}"))?;
-    Ok(())
+    Ok(extra)
 }
 
 pub(super) fn daemon(d: DaemonArgs) -> Result<i32, String> {
@@ -214,7 +222,7 @@ pub(super) fn daemon(d: DaemonArgs) -> Result<i32, String> {
     opts.trust_policy = d.trust_policy;
     opts.memory_limit = d.memory_limit;
     wasm_cni_daemon::init_log(opts.json_log);
-    start_cluster(d.cluster)?;
+    opts.extra_metrics = start_cluster(d.cluster)?;
     if let Some(record) = d.publish_conflist {
         wasm_cni_daemon::block_signals()?;
         let r = record.clone();

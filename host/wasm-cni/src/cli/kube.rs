@@ -14,8 +14,8 @@ use hyper::StatusCode;
 use ipnet::IpNet;
 use serde_json::Value;
 
-use wasm_cni_cluster::node;
 use wasm_cni_cluster::plan::PodCidrBounds;
+use wasm_cni_cluster::{api, node};
 use wasm_cni_image::registry::{self, Url};
 
 const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
@@ -186,7 +186,7 @@ fn fetch_pod_cidrs(a: &KubeArgs, node: &str) -> Result<Vec<IpNet>, String> {
                 Err(e) => return Err(format!("{}: {e}", url.origin())),
             },
             Ok(reply) => {
-                let said = status_message(&reply.body);
+                let said = api::reply_message(&reply.body);
                 let final_ = match reply.status {
                     StatusCode::UNAUTHORIZED => Some(format!(
                         "the API server refused the service account's token (401){said}"
@@ -235,18 +235,6 @@ fn parse_node(body: &[u8]) -> Result<Option<Vec<IpNet>>, String> {
     }
     let cidrs = node::parse(&v)?.cidrs?;
     Ok((!cidrs.is_empty()).then_some(cidrs))
-}
-
-/// A Status reply's message, as ": <message>" (bounded), or nothing.
-fn status_message(body: &[u8]) -> String {
-    serde_json::from_slice::<Value>(body)
-        .ok()
-        .and_then(|v| v.get("message").and_then(Value::as_str).map(str::to_string))
-        .map(|m| {
-            let m: String = m.chars().filter(|c| !c.is_control()).take(300).collect();
-            format!(": {m}")
-        })
-        .unwrap_or_default()
 }
 
 #[cfg(test)]
