@@ -22,8 +22,10 @@ pub const MAX_PAGE: u64 = 32 << 20;
 pub const PAGE_SIZE: usize = 250;
 /// One watch event: one Node.
 pub const MAX_EVENT: usize = 1 << 20;
-/// Pages in one list: 1 000 000 Nodes, far past any cluster's.
-const MAX_PAGES: usize = 4000;
+/// Pages in one list: 100 000 Nodes, far past any cluster's.
+const MAX_PAGES: usize = 400;
+/// A continue token is opaque and short; it goes back into a query.
+const MAX_CONTINUE: usize = 4096;
 
 /// Where and how to reach the API server.
 #[derive(Debug, Clone)]
@@ -171,6 +173,12 @@ impl Api {
             };
             out.resource_version = field("resourceVersion");
             next = field("continue");
+            if next.len() > MAX_CONTINUE {
+                return Err(ApiError::Failed(format!(
+                    "a continue token of {} bytes, over {MAX_CONTINUE}",
+                    next.len()
+                )));
+            }
             if next.is_empty() {
                 if !valid_version(&out.resource_version) {
                     return Err(ApiError::Failed(
@@ -192,7 +200,8 @@ impl Api {
         version: &str,
         on_event: &mut dyn FnMut(Event),
     ) -> Result<String, ApiError> {
-        let secs = self.watch_timeout.as_secs().max(1);
+        // An hour at most: a watch the server never ends is cut then.
+        let secs = self.watch_timeout.as_secs().clamp(1, 3600);
         let url = self.url(&format!(
             "watch=1&allowWatchBookmarks=true&timeoutSeconds={secs}&resourceVersion={}",
             encode_query(version)

@@ -77,8 +77,7 @@ enum Update {
     Error(String),
 }
 
-/// Run until the process ends. Returns only if the fabric cannot be read
-/// at all.
+/// Run until the process ends. Returns only if the Node watch stops.
 pub fn run(opts: Options, fabric: &mut dyn Fabric) -> Result<(), String> {
     let (tx, rx) = mpsc::channel();
     let api = opts.api.clone();
@@ -90,6 +89,7 @@ pub fn run(opts: Options, fabric: &mut dyn Fabric) -> Result<(), String> {
     let mut state = State::default();
     loop {
         let first = rx.recv_timeout(opts.resync);
+        let errors = state.api_errors;
         let mut changed = false;
         match first {
             Ok(u) => changed |= state.take(u),
@@ -100,7 +100,6 @@ pub fn run(opts: Options, fabric: &mut dyn Fabric) -> Result<(), String> {
             }
         }
         // Everything already waiting counts as one change.
-        let errors = state.api_errors;
         while let Ok(u) = rx.try_recv() {
             changed |= state.take(u);
         }
