@@ -204,12 +204,7 @@ pub fn plan(s: &Settings, nodes: &BTreeMap<String, Node>, connected: &[Connected
                     .map(|y| format!("{x} overlaps {y} of node {k}, which was there first"))
             })
         });
-        let ips = |n: &str| {
-            nodes
-                .get(n)
-                .map(|n| n.internal_ips.clone())
-                .unwrap_or_default()
-        };
+        let ips = |n: &str| nodes.get(n).map_or(&[][..], |n| &n.internal_ips[..]);
         let clash = clash.or_else(|| {
             kept.iter().find_map(|k| {
                 let (mine, theirs) = (ips(name), ips(k));
@@ -242,11 +237,10 @@ pub fn plan(s: &Settings, nodes: &BTreeMap<String, Node>, connected: &[Connected
     let mine: Vec<IpAddr> = connected.iter().map(|c| c.addr.addr()).collect();
     let all_cidrs: Vec<IpNet> = kept.iter().flat_map(|k| valid[k].iter().copied()).collect();
 
-    for (name, cidrs) in &valid {
-        if *name == s.node || refused.contains_key(*name) {
+    for name in kept.iter().filter(|k| **k != s.node) {
+        let (Some(n), Some(cidrs)) = (nodes.get(*name), valid.get(name)) else {
             continue;
-        }
-        let Some(n) = nodes.get(*name) else { continue };
+        };
         let mut routes = Vec::new();
         let mut peers = Vec::new();
         let mut fault = None;

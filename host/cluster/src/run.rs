@@ -86,10 +86,12 @@ pub fn run(opts: Options, fabric: &mut dyn Fabric) -> Result<(), String> {
         .name("node-watch".into())
         .spawn(move || watch(&api, max_backoff, &tx))
         .map_err(|e| format!("starting the Node watch: {e}"))?;
-    let mut state = State::default();
+    let mut state = State {
+        gauges: opts.gauges.clone(),
+        ..State::default()
+    };
     loop {
         let first = rx.recv_timeout(opts.resync);
-        let errors = state.api_errors;
         let mut changed = false;
         match first {
             Ok(u) => changed |= state.take(u),
@@ -103,7 +105,6 @@ pub fn run(opts: Options, fabric: &mut dyn Fabric) -> Result<(), String> {
         while let Ok(u) = rx.try_recv() {
             changed |= state.take(u);
         }
-        opts.gauges.api_errors.inc_by(state.api_errors - errors);
         let due = state.synced.is_none_or(|t| t.elapsed() >= opts.resync);
         if state.nodes.is_some() && (changed || due) {
             state.apply(&opts, fabric);
@@ -122,8 +123,8 @@ struct State {
     conflicts: Vec<String>,
     synced: Option<Instant>,
     synced_at: Option<SystemTime>,
-    changes: u64,
-    api_errors: u64,
+    /// Shared with the daemon's `/metrics`; the status file says the same.
+    gauges: Gauges,
 }
 
 impl State {
@@ -155,7 +156,7 @@ impl State {
                 }
             }
             Update::Error(why) => {
-                self.api_errors += 1;
+                self.gauges.api_errors.inc();
                 log(
                     Level::Warn,
                     "cluster",
@@ -202,8 +203,7 @@ impl State {
                             nodes.len()
                         ),
                     );
-                    self.changes += (done.added + done.removed) as u64;
-                    opts.gauges
+                    self.gauges
                         .changes
                         .inc_by((done.added + done.removed) as u64);
                 }
@@ -218,7 +218,7 @@ impl State {
                 format!("reading the node's routes: {e}"),
             ),
         }
-        let g = &opts.gauges;
+        let g = &self.gauges;
         g.nodes.set(nodes.len() as i64);
         g.refused.set(p.refused.len() as i64);
         g.routes.set(p.layout.routes.len() as i64);
@@ -243,7 +243,7 @@ impl State {
             "refused": self.last_plan.refused.iter().map(|r| json!({"node": r.node, "why": r.why})).collect::<Vec<_>>(),
             "skipped": self.skipped,
             "conflicts": self.conflicts,
-            "changes": self.changes,
+            "changes": self.gauges.changes.get(),
         })
     }
 

@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use base64::Engine as _;
 use http_body_util::{BodyExt, Full};
@@ -261,16 +261,25 @@ pub fn get_once(
 ) -> Result<Reply, String> {
     let tls = tls_for(url, ca_file)?;
     let origin = url.origin();
-    runtime()?.block_on(async {
-        let work = exchange(tls, Method::GET, url, headers, None, limit);
-        match tokio::time::timeout(timeout, work).await {
-            Ok(r) => r.map_err(|e| format!("{origin}: {e}")),
-            Err(_) => Err(format!(
-                "{origin}: no complete reply within {} ms",
-                timeout.as_millis()
-            )),
-        }
-    })
+    let work = exchange(tls, Method::GET, url, headers, None, limit);
+    runtime()?.block_on(within(&origin, timeout, "no complete reply", work))
+}
+
+/// `work` within `timeout`, its error prefixed with `origin`; past the
+/// deadline, "`origin`: `late` within N ms".
+async fn within<T>(
+    origin: &str,
+    timeout: Duration,
+    late: &str,
+    work: impl std::future::Future<Output = Result<T, String>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(timeout, work).await {
+        Ok(r) => r.map_err(|e| format!("{origin}: {e}")),
+        Err(_) => Err(format!(
+            "{origin}: {late} within {} ms",
+            timeout.as_millis()
+        )),
+    }
 }
 
 /// The TLS side of a request to `url`, if it is https.
@@ -593,16 +602,8 @@ impl<'a> Session<'a> {
         limit: u64,
     ) -> Result<Reply, String> {
         let tls = if url.https { Some(self.tls()?) } else { None };
-        let deadline = Instant::now() + self.opts.timeout;
-        let origin = url.origin();
         let work = exchange(tls, method, url, headers, body, limit);
-        match tokio::time::timeout_at(deadline.into(), work).await {
-            Ok(r) => r.map_err(|e| format!("{origin}: {e}")),
-            Err(_) => Err(format!(
-                "{origin}: no complete reply within {} ms",
-                self.opts.timeout.as_millis()
-            )),
-        }
+        within(&url.origin(), self.opts.timeout, "no complete reply", work).await
     }
 }
 
@@ -781,13 +782,7 @@ pub fn get_lines(
             driver.abort();
             Ok(Lines::Read)
         };
-        match tokio::time::timeout(timeout, work).await {
-            Ok(r) => r.map_err(|e: String| format!("{origin}: {e}")),
-            Err(_) => Err(format!(
-                "{origin}: the stream did not end within {} ms",
-                timeout.as_millis()
-            )),
-        }
+        within(&origin, timeout, "the stream did not end", work).await
     })
 }
 

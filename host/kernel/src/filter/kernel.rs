@@ -745,6 +745,9 @@ impl ClusterNat {
                 hook(NF_INET_POST_ROUTING, 100, "nat"),
             ));
         }
+        let rule = |x: &[Expr], comment: String| {
+            nfnl::new_rule(NFPROTO_INET, NAT_TABLE, POSTROUTING, x, &comment)
+        };
         for m in want {
             let v4 = m.pods.is_ipv4();
             let from = || {
@@ -756,24 +759,12 @@ impl ClusterNat {
                 let mut x = from();
                 x.extend(addr_match(false, e, NFT_CMP_EQ));
                 x.push(verdict(NFT_RETURN));
-                msgs.push(nfnl::new_rule(
-                    NFPROTO_INET,
-                    NAT_TABLE,
-                    POSTROUTING,
-                    &x,
-                    &format!("{RETURN} {} {e}", m.pods),
-                ));
+                msgs.push(rule(&x, format!("{RETURN} {} {e}", m.pods)));
             }
             let mut x = from();
             x.extend(addr_match(false, &multicast(v4), NFT_CMP_NEQ));
             x.extend([Expr::Counter, Expr::Masquerade]);
-            msgs.push(nfnl::new_rule(
-                NFPROTO_INET,
-                NAT_TABLE,
-                POSTROUTING,
-                &x,
-                &format!("{MASQ} {}", m.pods),
-            ));
+            msgs.push(rule(&x, format!("{MASQ} {}", m.pods)));
         }
         self.sock.batch(&msgs, None)
     }
