@@ -11,6 +11,7 @@
 mod cluster;
 mod components;
 mod daemon;
+mod fabric;
 mod ipam;
 mod languages;
 mod plot;
@@ -86,7 +87,8 @@ struct Args {
     /// 6 netavark, 7 filtered chain, 8 IPAM on etcd, 9 the daemon over
     /// many cycles, 10 pods at once through containerd's CRI, 11 what
     /// tracing costs a call, 12 what a plugin's language costs, 13
-    /// host-local's history at its cap); 3 runs with 1.
+    /// host-local's history at its cap, 14 cluster mode: convergence,
+    /// footprint, pod-to-pod throughput); 3 runs with 1.
     #[arg(long, value_delimiter = ',')]
     only: Vec<u8>,
     /// podman's network backend, the peer of item 6.
@@ -106,6 +108,18 @@ struct Args {
     /// Rounds of item 12 (the four chains rotated in each).
     #[arg(long, default_value_t = 20)]
     language_rounds: usize,
+    /// Node adds (and as many deletes) per Node count in item 14.
+    #[arg(long, default_value_t = 40)]
+    converge_samples: usize,
+    /// Pods on the measured node in item 14 (the kubelet's default cap).
+    #[arg(long, default_value_t = 110)]
+    cluster_pods: usize,
+    /// Seconds item 14's daemon is watched idle.
+    #[arg(long, default_value_t = 60)]
+    idle_s: u64,
+    /// Alternated iperf3 rounds per mode in item 14.
+    #[arg(long, default_value_t = 6)]
+    iperf_rounds: usize,
     /// The reference plugins.
     #[arg(long, default_value = "/usr/lib/cni")]
     reference: PathBuf,
@@ -500,6 +514,25 @@ fn run(args: &Args) -> io::Result<()> {
         report.history = Some(runs);
     }
 
+    if want(args, 14) {
+        if fabric::iperf3_installed() {
+            bury();
+            report.fabric = Some(fabric::measure(
+                &progs,
+                &work,
+                &fabric::Knobs {
+                    samples: args.converge_samples.max(1),
+                    pods: args.cluster_pods.max(1),
+                    idle: Duration::from_secs(args.idle_s),
+                    rounds: args.iperf_rounds.max(1),
+                },
+            )?);
+            bury();
+        } else {
+            eprintln!("bench: 14 skipped: iperf3 is not installed (cargo xtask bench installs it)");
+        }
+    }
+
     drop(daemon);
     bury();
     if want(args, 9) {
@@ -639,6 +672,8 @@ struct Report {
     /// Item 13: per invocation, host-local's scope empty and at its
     /// history's cap.
     history: Option<[Vec<Run>; 2]>,
+    /// Item 14: cluster mode.
+    fabric: Option<fabric::Figures>,
 }
 
 /// Item 1's bound, a run of each per round: host-local alone per

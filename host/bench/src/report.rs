@@ -10,8 +10,8 @@ use super::*;
 /// What the sections write: the headline rows, then the body below them.
 #[derive(Default)]
 pub(crate) struct Page {
-    heads: Vec<Headline>,
-    body: String,
+    pub(crate) heads: Vec<Headline>,
+    pub(crate) body: String,
 }
 
 type Metric = (&'static str, fn(&Run) -> f64);
@@ -77,6 +77,9 @@ impl Report {
         self.history_section(page);
         self.pods_section(page, args);
         self.scaling_headline(page);
+        if let Some(f) = &self.fabric {
+            f.section(page);
+        }
         let _ = writeln!(
             out,
             "## Headline\n\n| | measured | target | |\n|---|---|---|---|"

@@ -31,6 +31,13 @@ pub fn summarize(values: &[f64]) -> Summary {
     }
 }
 
+/// The `q` quantile (0..=1) of a sample, NaN when it is empty.
+pub fn percentile(values: &[f64], q: f64) -> f64 {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    v.sort_by(f64::total_cmp);
+    quantile(&v, q)
+}
+
 /// Median of element-wise ratios `b[i] / a[i]`: runs were alternated in
 /// pairs, so each pair saw the same machine state.
 pub fn paired_ratio(a: &[f64], b: &[f64]) -> Summary {

@@ -656,8 +656,8 @@ pub fn fuzz(root: &Path, seconds: u64, only: &[String]) -> Result<()> {
 /// needs a quiet machine, and its targets are goals, not assertions.
 pub fn bench(root: &Path, args: &[String]) -> Result<()> {
     let mut packages = setup::TEST_PACKAGES.to_vec();
-    // Item 6's peer: podman's network backend.
-    packages.push("netavark");
+    // Item 6's peer: podman's network backend; item 14's traffic.
+    packages.extend(["netavark", "iperf3"]);
     setup::run(&packages)?;
     let dir = build_host(root, &StaticBuild::detect()?)?;
     plugins::run(root, None, false, &[])?;
