@@ -203,7 +203,7 @@ pub fn parse(stdin: &[u8], command: Command) -> Result<NetConf, CniError> {
 
     let runtime_config = match field(&raw, "runtimeConfig") {
         None => Map::new(),
-        Some(Value::Object(m)) => m.clone(),
+        Some(Value::Object(m)) => conventional_keys(m.clone()),
         Some(other) => {
             return Err(invalid(format!(
                 "runtimeConfig: expected an object, found {}",
@@ -463,6 +463,60 @@ impl NetConf {
             conf.insert("runtimeConfig".into(), Value::Object(runtime));
         }
         conf
+    }
+}
+
+/// The keys of the conventional capabilities' objects, as the CNI
+/// conventions spell them.
+const CAPABILITY_KEYS: [(&str, &[&str]); 4] = [
+    (
+        "portMappings",
+        &["hostPort", "containerPort", "protocol", "hostIP"],
+    ),
+    (
+        "bandwidth",
+        &["ingressRate", "ingressBurst", "egressRate", "egressBurst"],
+    ),
+    ("ipRanges", &["subnet", "rangeStart", "rangeEnd", "gateway"]),
+    ("dns", &["servers", "searches", "options"]),
+];
+
+/// The runtime's capability arguments with their keys as the conventions
+/// spell them. containerd (go-cni) sends Go's field names (`HostPort`,
+/// `IngressRate`, `Subnet`) and the reference plugins read them because
+/// Go's JSON matches keys without case; so do we, here, once, so that the
+/// policy's port grants and the plugins read the same value. A key given
+/// both ways keeps the exact one, as Go prefers it.
+fn conventional_keys(mut rc: Map<String, Value>) -> Map<String, Value> {
+    for (capability, keys) in CAPABILITY_KEYS {
+        if let Some(v) = rc.get_mut(capability) {
+            respell(v, keys, 0);
+        }
+    }
+    rc
+}
+
+fn respell(v: &mut Value, keys: &[&str], depth: usize) {
+    // ipRanges is a list of lists of objects; nothing conventional is deeper.
+    if depth > 2 {
+        return;
+    }
+    match v {
+        Value::Array(items) => items.iter_mut().for_each(|i| respell(i, keys, depth + 1)),
+        Value::Object(m) => {
+            for key in keys {
+                if m.contains_key(*key) {
+                    continue;
+                }
+                let other = m.keys().find(|k| k.eq_ignore_ascii_case(key)).cloned();
+                if let Some(other) = other {
+                    if let Some(val) = m.remove(&other) {
+                        m.insert((*key).to_string(), val);
+                    }
+                }
+            }
+        }
+        _ => {}
     }
 }
 
@@ -917,6 +971,33 @@ mod tests {
         assert_eq!(
             Value::Object(conf).to_string(),
             r#"{"name":"podnet","cniVersion":"1.1.0","type":"a","x":{"y":[1,2]}}"#
+        );
+    }
+
+    /// What containerd sends (Go's field names) reaches the policy and the
+    /// plugins as the conventions spell it; an exact key is never replaced
+    /// by a look-alike, and other capabilities are passed as they came.
+    #[test]
+    fn capability_keys_from_go_runtimes_read_as_the_conventions_spell_them() {
+        let c = add_conf(
+            r#"{"runtimeConfig":{
+                 "portMappings":[{"HostPort":8080,"ContainerPort":80,"Protocol":"tcp","HostIP":"127.0.0.1"},
+                                 {"hostPort":1,"HOSTPORT":2,"containerPort":3}],
+                 "bandwidth":{"IngressRate":1000,"IngressBurst":10,"EgressRate":2000,"EgressBurst":20},
+                 "ipRanges":[[{"Subnet":"10.1.0.0/24","RangeStart":"10.1.0.5","Gateway":"10.1.0.1"}]],
+                 "mac":"aa:bb:cc:dd:ee:ff","custom":{"HostPort":9}},
+               "chain":[{"type":"x","capabilities":{"portMappings":true,"bandwidth":true,"ipRanges":true,"custom":true}}]}"#,
+        );
+        let conf = c.plugin_config(&c.chain[0], None, false);
+        assert_eq!(
+            conf["runtimeConfig"],
+            json!({
+                "portMappings":[{"hostPort":8080,"containerPort":80,"protocol":"tcp","hostIP":"127.0.0.1"},
+                                {"hostPort":1,"HOSTPORT":2,"containerPort":3}],
+                "bandwidth":{"ingressRate":1000,"ingressBurst":10,"egressRate":2000,"egressBurst":20},
+                "ipRanges":[[{"subnet":"10.1.0.0/24","rangeStart":"10.1.0.5","gateway":"10.1.0.1"}]],
+                "custom":{"HostPort":9},
+            })
         );
     }
 
