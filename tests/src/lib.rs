@@ -196,6 +196,18 @@ impl Daemon {
         self.spawn();
     }
 
+    /// Start it again from `bin` instead (an upgrade), after `stop_with`.
+    pub fn restart_as(&mut self, bin: &Path) {
+        let old = wasm_cni_bin().to_string_lossy().into_owned();
+        let new = bin.to_string_lossy().into_owned();
+        for arg in &mut self.command {
+            if *arg == old {
+                *arg = new.clone();
+            }
+        }
+        self.restart();
+    }
+
     fn wait_ready(&mut self) {
         let started = Instant::now();
         while std::os::unix::net::UnixStream::connect(&self.socket).is_err() {

@@ -11,6 +11,12 @@
 //!   (410), the server stalled, and gone.
 //! * Each node runs its own `wasm-cni daemon --cluster-node`, and one pod
 //!   made by wasm-cni's bridge and host-local through the CNI protocol.
+//!   n1 and n4 also run containerd 1.6, driven through its CRI as the
+//!   kubelet drives it (`host/cri`): their pods, host ports included, come
+//!   the runtime's way, from a conflist naming wasm-cni.
+//! * The conformance checks' netserver (`tests/fixtures/netserver.py`)
+//!   runs in every pod and outside the cluster (the router), answering
+//!   HTTP and UDP with its name and the address it was reached from.
 //!
 //! The cluster is built once; its checks are the phases of one test.
 //! Attacker here: whoever can write a Node object. They must not get a
@@ -19,12 +25,15 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use wasm_cni_cri::proto::PortMapping;
+use wasm_cni_cri::{pause_image, Containerd};
 use wasm_cni_tests::{
-    is_root, plugin, sh, tls_certs_for, wasm_cni_bin, workspace_root, Daemon, Invocation, Netns,
-    TempDir,
+    is_root, plugin, sh, tls_certs, tls_certs_for, wasm_cni_bin, workspace_root, Daemon,
+    Invocation, Netns, TempDir,
 };
 
 const TOKEN: &str = "cluster-token-1";
@@ -108,8 +117,21 @@ fn n5(cidr: &str) -> Value {
     node_object("n5", &[cidr], &["192.168.77.5"], "2026-12-07T11:00:00Z")
 }
 
+/// A pod that containerd made through its CRI.
+struct CriPod {
+    name: String,
+    /// Its pause process, whose network namespace is the pod's.
+    pid: u32,
+    v4: String,
+    v6: String,
+}
+
 struct Node {
     name: String,
+    /// Before `ns`: containerd removes its pods before the node goes.
+    ctd: Option<Containerd>,
+    ctd_dir: Option<TempDir>,
+    cri_pods: Vec<CriPod>,
     ns: Netns,
     v4: String,
     v6: String,
@@ -192,8 +214,34 @@ impl Node {
     }
 }
 
+/// Processes killed on drop: the netservers.
+struct Procs(Vec<Child>);
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Where a check runs from: a pod or a node, and its addresses.
+struct Endpoint {
+    name: String,
+    node: usize,
+    /// The command prefix that runs a program in its network namespace.
+    enter: Vec<String>,
+    v4: String,
+    v6: String,
+}
+
+const NETSERVER_PORT: u16 = 8080;
+const HOST_PORT: u16 = 54323;
+
 /// The cluster: LAN, router, four nodes with a pod each, the API server.
 struct Cluster {
+    servers: Procs,
     nodes: Vec<Node>,
     api: Api,
     rt: Netns,
@@ -223,7 +271,7 @@ fn build() -> Cluster {
         rt.exec(&cmd.split(' ').collect::<Vec<_>>());
     }
     let plugins = TempDir::new("cluster-plugins");
-    for p in ["bridge", "host-local"] {
+    for p in ["bridge", "host-local", "portmap"] {
         std::fs::copy(plugin(p), plugins.join(format!("{p}.wasm"))).unwrap();
     }
     let api = Api::start(&rt);
@@ -297,6 +345,9 @@ fn build() -> Cluster {
         }
         nodes.push(Node {
             name: format!("n{i}"),
+            ctd: None,
+            ctd_dir: None,
+            cri_pods: Vec::new(),
             ns,
             v4,
             v6,
@@ -310,6 +361,7 @@ fn build() -> Cluster {
         });
     }
     Cluster {
+        servers: Procs(Vec::new()),
         nodes,
         api,
         rt,
@@ -319,29 +371,14 @@ fn build() -> Cluster {
 }
 
 impl Cluster {
-    /// One pod on each node, made by wasm-cni's bridge and host-local.
+    /// One pod on each node, made by wasm-cni's bridge and host-local;
+    /// on n1 and n4 containerd's too: a pod, and on n1 three more with the
+    /// same host port on different host IPs and protocols (the conformance
+    /// HostPort test).
     fn pods(&mut self) {
         for n in &mut self.nodes {
             let pod = Netns::new(&format!("{}p", n.name));
-            let state = n.dir.join("state");
-            let conf = json!({
-                "cniVersion": "1.1.0",
-                "name": "podnet",
-                "type": "wasm-cni",
-                "pluginDir": self.plugins.path(),
-                "stateDir": state,
-                "cacheDir": n.dir.join("cache"),
-                "chain": [{
-                    "type": "bridge",
-                    "bridge": "cni0",
-                    "isGateway": true,
-                    "ipam": {
-                        "type": "host-local",
-                        "ranges": [[{"subnet": n.cidr4}], [{"subnet": n.cidr6}]],
-                        "routes": [{"dst": "0.0.0.0/0"}, {"dst": "::/0"}],
-                    },
-                }],
-            });
+            let conf = podnet(self.plugins.path(), n, "1.1.0");
             let out = Invocation::new("ADD")
                 .id("pod1")
                 .netns(pod.path())
@@ -359,6 +396,132 @@ impl Cluster {
             n.pod4 = addr(false);
             n.pod6 = addr(true);
             n.pod = Some(pod);
+        }
+        let pause_dir = TempDir::new("cluster-pause");
+        let pause = pause_image(pause_dir.path()).unwrap_or_else(|e| panic!("{e}"));
+        for i in [0, 3] {
+            let n = &mut self.nodes[i];
+            let dir = TempDir::new(&format!("{}-containerd", n.name));
+            let (bin, confs) = (dir.join("bin"), dir.join("net.d"));
+            std::fs::create_dir_all(&bin).unwrap();
+            std::fs::create_dir_all(&confs).unwrap();
+            std::os::unix::fs::symlink(wasm_cni_bin(), bin.join("wasm-cni")).unwrap();
+            // containerd runs `loopback` itself for every pod.
+            std::fs::copy("/usr/lib/cni/loopback", bin.join("loopback")).unwrap();
+            let mut entry = podnet(self.plugins.path(), n, "1.0.0");
+            entry["capabilities"] = json!({"portMappings": true});
+            entry["chain"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!({"type": "portmap", "capabilities": {"portMappings": true}}));
+            let conflist = json!({
+                "cniVersion": "1.0.0",
+                "name": "podnet",
+                "plugins": [entry],
+            });
+            std::fs::write(confs.join("10-podnet.conflist"), conflist.to_string()).unwrap();
+            let ctd = Containerd::start(&n.ns.name, &dir.join("c"), &bin, &confs, &pause)
+                .unwrap_or_else(|e| panic!("{}: {e}", n.name));
+            let cri = ctd.cri().unwrap();
+            let port = |protocol: i32, host_ip: &str| PortMapping {
+                protocol,
+                container_port: i32::from(NETSERVER_PORT),
+                host_port: i32::from(HOST_PORT),
+                host_ip: host_ip.into(),
+            };
+            let mut wanted = vec![("web", Vec::new())];
+            if i == 0 {
+                wanted.extend([
+                    ("hp-lo", vec![port(0, "127.0.0.1")]),
+                    ("hp-ip", vec![port(0, &n.v4)]),
+                    ("hp-udp", vec![port(1, &n.v4)]),
+                ]);
+            }
+            for (what, ports) in wanted {
+                let name = format!("{}-{what}", n.name);
+                let id = cri
+                    .run_pod_ports(&name, ports)
+                    .unwrap_or_else(|e| panic!("{name}: {e}\n{}", ctd.log()));
+                let ips = cri.pod_ips(&id).unwrap();
+                let family = |v6: bool| {
+                    ips.iter()
+                        .find(|a| a.contains(':') == v6)
+                        .unwrap_or_else(|| panic!("{name}: {ips:?}"))
+                        .clone()
+                };
+                n.cri_pods.push(CriPod {
+                    v4: family(false),
+                    v6: family(true),
+                    pid: cri.pod_pid(&id).unwrap(),
+                    name,
+                });
+            }
+            n.ctd = Some(ctd);
+            n.ctd_dir = Some(dir);
+        }
+    }
+
+    /// Every pod on the network (but the host-port ones), and where to run
+    /// a program in it.
+    fn endpoints(&self) -> Vec<Endpoint> {
+        let mut out = Vec::new();
+        for (i, n) in self.nodes.iter().enumerate() {
+            out.push(Endpoint {
+                name: format!("{}-pod", n.name),
+                node: i,
+                enter: ["ip", "netns", "exec", &n.pod.as_ref().unwrap().name]
+                    .map(String::from)
+                    .to_vec(),
+                v4: n.pod4.clone(),
+                v6: n.pod6.clone(),
+            });
+            for p in n.cri_pods.iter().filter(|p| p.name.ends_with("-web")) {
+                out.push(Endpoint {
+                    name: p.name.clone(),
+                    node: i,
+                    enter: cri_enter(p),
+                    v4: p.v4.clone(),
+                    v6: p.v6.clone(),
+                });
+            }
+        }
+        out
+    }
+
+    /// A netserver in every pod and one outside the cluster, on the router.
+    fn netservers(&mut self) {
+        let mut at: Vec<(String, Vec<String>)> = Vec::new();
+        for n in &self.nodes {
+            at.push((
+                format!("{}-pod", n.name),
+                ["ip", "netns", "exec", &n.pod.as_ref().unwrap().name]
+                    .map(String::from)
+                    .to_vec(),
+            ));
+            for p in &n.cri_pods {
+                at.push((p.name.clone(), cri_enter(p)));
+            }
+        }
+        at.push((
+            "outside".into(),
+            ["ip", "netns", "exec", &self.rt.name]
+                .map(String::from)
+                .to_vec(),
+        ));
+        for (name, enter) in at {
+            let mut child = Command::new(&enter[0])
+                .args(&enter[1..])
+                .arg("python3")
+                .arg(workspace_root().join("tests/fixtures/netserver.py"))
+                .args(["serve", &name, &NETSERVER_PORT.to_string()])
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("python3");
+            let mut line = String::new();
+            let _ = BufReader::new(child.stdout.take().unwrap()).read_line(&mut line);
+            self.servers.0.push(child);
+            assert_eq!(line.trim(), "serving", "the netserver in {name}");
         }
     }
 
@@ -436,6 +599,67 @@ impl Cluster {
     }
 }
 
+/// The wasm-cni network every pod of a node is on (containerd's conflist
+/// adds portmap).
+fn podnet(plugins: &std::path::Path, n: &Node, version: &str) -> Value {
+    json!({
+        "cniVersion": version,
+        "name": "podnet",
+        "type": "wasm-cni",
+        "pluginDir": plugins,
+        "stateDir": n.dir.join("state"),
+        "cacheDir": n.dir.join("cache"),
+        "chain": [{
+            "type": "bridge",
+            "bridge": "cni0",
+            "isGateway": true,
+            "ipam": {
+                "type": "host-local",
+                "ranges": [[{"subnet": n.cidr4}], [{"subnet": n.cidr6}]],
+                "routes": [{"dst": "0.0.0.0/0"}, {"dst": "::/0"}],
+            },
+        }],
+    })
+}
+
+fn cri_enter(p: &CriPod) -> Vec<String> {
+    ["nsenter", "-t", &p.pid.to_string(), "-n"]
+        .map(String::from)
+        .to_vec()
+}
+
+/// The netserver's answers from `enter`'s namespace, target by target
+/// (`proto,host,port`): its name and the address it saw, or an error.
+fn dial(enter: &[String], targets: &[String]) -> Vec<(String, String)> {
+    let out = Command::new(&enter[0])
+        .args(&enter[1..])
+        .arg("python3")
+        .arg(workspace_root().join("tests/fixtures/netserver.py"))
+        .arg("dial")
+        .args(targets)
+        .output()
+        .expect("python3");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(t, a)| (t.to_string(), a.to_string()))
+        .collect()
+}
+
+/// Dial every `(target, answer wanted)` from `from`; what did not answer
+/// so, as lines for the failure message.
+fn expect_answers(from: &str, enter: &[String], want: &[(String, String)]) -> Vec<String> {
+    let targets: Vec<String> = want.iter().map(|(t, _)| t.clone()).collect();
+    let got = dial(enter, &targets);
+    want.iter()
+        .filter_map(|(t, w)| {
+            let answer = got.iter().find(|(g, _)| g == t).map(|(_, a)| a.as_str());
+            let ok = answer.is_some_and(|a| a == w || (w.ends_with(' ') && a.starts_with(w)));
+            (!ok).then(|| format!("{from} -> {t}: wanted {w:?}, got {answer:?}"))
+        })
+        .collect()
+}
+
 /// Each node's snapshot as it was, or the lines that differ.
 fn same(now: &[String], then: &[String], what: &str) {
     let mut diff = String::new();
@@ -510,6 +734,7 @@ fn pods_on_different_nodes_reach_each_other_and_hostile_nodes_change_nothing() {
     }
     let mut c = build();
     c.pods();
+    c.netservers();
     // The pods' IPv6 addresses past DAD, so the snapshot is a settled one.
     wait_for("DAD on the nodes", Duration::from_secs(10), || {
         c.nodes
@@ -588,6 +813,67 @@ fn pods_on_different_nodes_reach_each_other_and_hostile_nodes_change_nothing() {
         received_from(&c.rt, &n1.pod4),
         0,
         "a pod's address left the cluster"
+    );
+
+    // Phase 1b: the conformance checks (Networking Granular Checks, and
+    // HostPort), between every pair of nodes both ways, both families.
+    // Pod to pod, HTTP and UDP: the receiver sees the sender's pod
+    // address; pod to outside: the node's. A node to every other node's
+    // pods. Pods of containerd and of the CNI protocol alike.
+    let eps = c.endpoints();
+    let mut failed = Vec::new();
+    let each = |addr: &str, want: String| {
+        let host = addr.to_string();
+        ["tcp", "udp"].map(move |p| (format!("{p},{host},{NETSERVER_PORT}"), want.clone()))
+    };
+    for src in &eps {
+        let node = &c.nodes[src.node];
+        let mut want = Vec::new();
+        for dst in eps.iter().filter(|d| d.node != src.node) {
+            want.extend(each(&dst.v4, format!("{} {}", dst.name, src.v4)));
+            want.extend(each(&dst.v6, format!("{} {}", dst.name, src.v6)));
+        }
+        want.extend(each("192.168.77.254", format!("outside {}", node.v4)));
+        want.extend(each("fd77::fe", format!("outside {}", node.v6)));
+        failed.extend(expect_answers(&src.name, &src.enter, &want));
+    }
+    for (i, n) in c.nodes.iter().enumerate() {
+        let mut want = Vec::new();
+        for dst in eps.iter().filter(|d| d.node != i) {
+            want.extend(each(&dst.v4, format!("{} ", dst.name)));
+            want.extend(each(&dst.v6, format!("{} ", dst.name)));
+        }
+        let enter = ["ip", "netns", "exec", &n.ns.name].map(String::from);
+        failed.extend(expect_answers(&n.name, &enter, &want));
+    }
+    // HostPort 54323 three times on n1: on 127.0.0.1 over TCP, on its
+    // address over TCP and over UDP, each reaching its own pod; from
+    // another node only the last two, and n1's loopback one never.
+    let hp = |proto: &str, ip: &str, pod: &str| {
+        (format!("{proto},{ip},{HOST_PORT}"), format!("n1-{pod} "))
+    };
+    let n1v4 = c.nodes[0].v4.clone();
+    let on_n1 = [
+        hp("tcp", "127.0.0.1", "hp-lo"),
+        hp("tcp", &n1v4, "hp-ip"),
+        hp("udp", &n1v4, "hp-udp"),
+    ];
+    let enter = |n: &Node| ["ip", "netns", "exec", &n.ns.name].map(String::from);
+    failed.extend(expect_answers("n1", &enter(&c.nodes[0]), &on_n1));
+    for n in &c.nodes[1..] {
+        failed.extend(expect_answers(&n.name, &enter(n), &on_n1[1..]));
+        let lo = dial(&enter(n), &[format!("tcp,127.0.0.1,{HOST_PORT}")]);
+        assert!(
+            lo.iter().all(|(_, a)| a.starts_with("ERROR")),
+            "{}: n1's loopback host port answered: {lo:?}",
+            n.name
+        );
+    }
+    assert!(
+        failed.is_empty(),
+        "{} conformance checks failed:\n{}",
+        failed.len(),
+        failed.join("\n")
     );
 
     // Phase 2: hostile Nodes, each refused on every node, each leaving
@@ -680,6 +966,22 @@ fn pods_on_different_nodes_reach_each_other_and_hostile_nodes_change_nothing() {
     c.api.send(json!({ "delete": "n5" }));
     c.wait_converged(4, 6);
     same(&c.snapshots(), &before, "a Node's change left a trace");
+    // A single-stack Node of either family: routes of its family alone
+    // (n5 above had IPv4 only; n6 has IPv6 only).
+    c.api.put(node_object(
+        "n6",
+        &["fd00:10:244:6::/64"],
+        &["fd77::6"],
+        "2026-12-07T11:00:00Z",
+    ));
+    c.wait_converged(5, 7);
+    for n in &c.nodes {
+        let six = n.ns.exec(&["ip", "-6", "route", "show", "proto", "157"]);
+        assert!(six.contains("fd00:10:244:6::/64 via"), "{}: {six}", n.name);
+    }
+    c.api.send(json!({ "delete": "n6" }));
+    c.wait_converged(4, 6);
+    same(&c.snapshots(), &before, "an IPv6-only Node left a trace");
 
     // Phase 4: the watch expires (410): every daemon lists again and
     // sees a Node added after.
@@ -709,9 +1011,17 @@ fn pods_on_different_nodes_reach_each_other_and_hostile_nodes_change_nothing() {
     c.wait_converged(4, 6);
     same(&c.snapshots(), &before, "a Node's change left a trace");
 
-    // Phase 7: the daemon killed and started again, traffic flowing
-    // across: nothing is lost and nothing changes.
-    for signal in ["KILL", "TERM"] {
+    // Phase 7: the daemon killed, stopped, and upgraded (stopped, and
+    // another binary started in its place: these bytes plus a trailer, as
+    // a DaemonSet's rollout replaces the file), traffic flowing across:
+    // nothing is lost and nothing changes.
+    let upgrade = TempDir::new("cluster-upgrade");
+    let next = upgrade.join("wasm-cni");
+    let mut bytes = std::fs::read(wasm_cni_bin()).unwrap();
+    bytes.extend_from_slice(b"\nwasm-cni next\n");
+    std::fs::write(&next, bytes).unwrap();
+    std::fs::set_permissions(&next, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    for signal in ["KILL", "TERM", "upgrade"] {
         let ping = std::process::Command::new("ip")
             .args(["netns", "exec", &c.nodes[3].pod.as_ref().unwrap().name])
             .args(["ping", "-q", "-i", "0.05", "-c", "80", &c.nodes[0].pod4])
@@ -722,8 +1032,13 @@ fn pods_on_different_nodes_reach_each_other_and_hostile_nodes_change_nothing() {
         for n in &mut c.nodes[..] {
             if n.name == "n1" || n.name == "n4" {
                 let d = n.daemon.as_mut().unwrap();
-                d.stop_with(signal);
-                d.restart();
+                if signal == "upgrade" {
+                    d.stop_with("TERM");
+                    d.restart_as(&next);
+                } else {
+                    d.stop_with(signal);
+                    d.restart();
+                }
             }
         }
         let out = ping.wait_with_output().unwrap();
@@ -764,4 +1079,115 @@ fn pods_on_different_nodes_reach_each_other_and_hostile_nodes_change_nothing() {
         assert!(!status.exists());
     }
     same(&c.snapshots(), &pristine, "uninstall left something behind");
+}
+
+/// The Node client against an API server that lies
+/// (`tests/fixtures/kube-liar.py`, on 127.0.0.1 with a free port).
+/// Attacker: whoever answers at the API server's address with a
+/// certificate the node trusts (a compromised or impersonated API server,
+/// a proxy). They control every byte of every reply. They must not get a
+/// Node in that is not one, a read past its bound, a wait past its
+/// deadline, a request loop without end, or raw terminal text into an
+/// error; each lie is an error (or a skipped object) and nothing else.
+#[test]
+fn a_lying_api_server_gets_an_error_in_bounded_time_and_nothing_else() {
+    use wasm_cni_cluster::api::{Api, ApiError, Event};
+    let dir = TempDir::new("kube-liar");
+    tls_certs(dir.path());
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap();
+    let log = dir.join("requests.log");
+    let child = Command::new("python3")
+        .arg(workspace_root().join("tests/fixtures/kube-liar.py"))
+        .arg(port.to_string())
+        .arg(dir.join("server.pem"))
+        .arg(dir.join("server.key"))
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("python3");
+    let _server = Procs(vec![child]);
+    wait_for("the lying API server", Duration::from_secs(10), || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("listening")
+    });
+    let api = |lie: &str| -> Api {
+        let token = dir.join(format!("{lie}.token"));
+        std::fs::write(&token, lie).unwrap();
+        let mut api = Api::new(
+            &format!("https://127.0.0.1:{port}"),
+            token,
+            dir.join("ca.pem"),
+        )
+        .unwrap();
+        api.request_timeout = Duration::from_secs(2);
+        api.watch_timeout = Duration::from_secs(1);
+        api
+    };
+    let failed = |r: Result<_, ApiError>| -> String {
+        match r {
+            Err(ApiError::Failed(why)) => why,
+            Err(ApiError::Gone) => "410".into(),
+            Ok(_) => "no error".into(),
+        }
+    };
+
+    for (lie, want, limit) in [
+        ("loop", "ran past 400 pages", 60),
+        ("long-continue", "a continue token of 5000 bytes", 5),
+        ("big-page", "over the limit of 33554432", 10),
+        ("gone-page", "410", 5),
+        ("stall", "no complete reply within 2000 ms", 5),
+        ("bad-version", "no usable resourceVersion", 5),
+        ("not-a-list", "not a NodeList", 5),
+    ] {
+        let started = Instant::now();
+        let why = failed(api(lie).list().map(|_| ()));
+        let took = started.elapsed();
+        assert!(why.contains(want), "{lie}: wanted {want:?}, got {why:?}");
+        assert!(took < Duration::from_secs(limit), "{lie}: {took:?}");
+    }
+    // The loop stops at its bound, not before: 400 requests.
+    let pages = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with("loop "))
+        .count();
+    assert_eq!(pages, 400);
+
+    // Objects that are not Nodes are skipped, with a reason; the good one
+    // is kept.
+    let listed = api("junk-items").list().unwrap();
+    assert_eq!(listed.nodes.keys().collect::<Vec<_>>(), ["good"]);
+    assert_eq!(listed.skipped.len(), 5, "{:?}", listed.skipped);
+
+    // Watches.
+    for (lie, want, limit) in [
+        ("long-line", "a line over the limit of 1048576 bytes", 5),
+        // Its own timeoutSeconds (1) and 10 s more.
+        ("trickle", "the stream did not end within 11000 ms", 15),
+    ] {
+        let started = Instant::now();
+        let why = failed(api(lie).watch("5", &mut |_| {}).map(|_| ()));
+        let took = started.elapsed();
+        assert!(why.contains(want), "{lie}: wanted {want:?}, got {why:?}");
+        assert!(took < Duration::from_secs(limit), "{lie}: {took:?}");
+    }
+    let why = failed(api("error-500").watch("5", &mut |_| {}).map(|_| ()));
+    assert!(why.contains("the watch ended with an error: etcd"), "{why}");
+    assert!(
+        !why.chars().any(char::is_control),
+        "control characters from the server: {why:?}"
+    );
+    let mut events = Vec::new();
+    let last = api("odd-type").watch("5", &mut |e| events.push(e)).unwrap();
+    assert_eq!(last, "9");
+    assert!(
+        matches!(&events[..], [Event::Skipped(why), Event::Put(n)]
+            if why.contains("HIJACK") && n.name == "b"),
+        "{events:?}"
+    );
 }

@@ -110,7 +110,14 @@ impl Cri {
 
     /// A pod sandbox as the kubelet asks for one: name, uid, namespace.
     pub fn run_pod(&self, name: &str) -> Result<String, String> {
+        self.run_pod_ports(name, Vec::new())
+    }
+
+    /// [`Cri::run_pod`] with the pod's host ports (its containers'
+    /// `hostPort`s, which the kubelet puts on the sandbox).
+    pub fn run_pod_ports(&self, name: &str, ports: Vec<PortMapping>) -> Result<String, String> {
         self.run_pod_with(PodSandboxConfig {
+            port_mappings: ports,
             metadata: Some(PodSandboxMetadata {
                 name: name.into(),
                 uid: format!("{name}-uid"),
@@ -179,6 +186,19 @@ impl Cri {
             .map(|n| n.ip)
             .filter(|ip| !ip.is_empty())
             .ok_or_else(|| format!("{id}: no pod IP"))
+    }
+
+    /// Every address of the pod (a dual-stack pod has one per family).
+    pub fn pod_ips(&self, id: &str) -> Result<Vec<String>, String> {
+        let net = self
+            .pod_status(id)?
+            .status
+            .and_then(|s| s.network)
+            .ok_or_else(|| format!("{id}: no network status"))?;
+        Ok(std::iter::once(net.ip)
+            .chain(net.additional_ips.into_iter().map(|p| p.ip))
+            .filter(|ip| !ip.is_empty())
+            .collect())
     }
 
     /// The pid of the sandbox's pause process (containerd's verbose
