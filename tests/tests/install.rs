@@ -795,16 +795,22 @@ fn pod_cidrs_come_from_the_api_server_or_a_clear_error() {
     let api = KubeApi::start(&ns);
     let template = node.template();
     let args = |name: &str, extra: &[&str]| -> Vec<String> {
-        let mut a: Vec<String> = node
-            .install_args(&template)
-            .into_iter()
-            .filter(|a| !a.starts_with("POD_CIDR="))
-            .collect();
-        // The --set that preceded the removed value.
-        if let Some(i) = a.iter().rposition(|x| x == "--set") {
-            if a.get(i + 1).is_none() {
-                a.pop();
+        // The API gives ${POD_CIDR}, and ${MTU} when asked to.
+        let computed_mtu = extra.contains(&"--mtu-for-cluster-mode");
+        let all = node.install_args(&template);
+        let mut a = Vec::new();
+        let mut i = 0;
+        while i < all.len() {
+            let given = all[i] == "--set"
+                && all.get(i + 1).is_some_and(|v| {
+                    v.starts_with("POD_CIDR=") || (computed_mtu && v.starts_with("MTU="))
+                });
+            if given {
+                i += 2;
+                continue;
             }
+            a.push(all[i].clone());
+            i += 1;
         }
         a.extend(
             [
@@ -957,6 +963,67 @@ fn pod_cidrs_come_from_the_api_server_or_a_clear_error() {
     let (code, out, err, _) = run_ns(&args("node-a", &[]));
     assert_eq!(code, 0, "{out}\n{err}");
     assert_eq!(subnet(), "10.244.3.0/24");
+
+    // ${MTU} for cluster mode: the MTU of the link holding the Node's
+    // InternalIP (192.168.99.1, on a 1400-byte link here), less VXLAN's 50
+    // bytes unless every peer is direct. The Node says which address; only
+    // a link of this host that holds it gives the figure.
+    for cmd in [
+        "ip link add up0 mtu 1400 type veth peer name up0p",
+        "ip addr add 192.168.99.1/24 dev up0",
+        "ip link set up0 up",
+    ] {
+        ns.exec(&cmd.split(' ').collect::<Vec<_>>());
+    }
+    let mtu = || -> Option<u64> {
+        let v: Value = serde_json::from_slice(&fs::read(node.conflist()).unwrap()).unwrap();
+        v["plugins"][0]["chain"][0]["mtu"].as_u64()
+    };
+    for (mode, want) in [("auto", 1350), ("direct", 1400), ("vxlan", 1350)] {
+        let (code, out, err, _) = run_ns(&args("node-mtu", &["--mtu-for-cluster-mode", mode]));
+        assert_eq!(code, 0, "{mode}: {out}\n{err}");
+        assert_eq!(mtu(), Some(want), "{mode}");
+    }
+    let before = node.files();
+    for (what, a, expect) in [
+        (
+            "an InternalIP no link holds",
+            args("node-far", &["--mtu-for-cluster-mode", "auto"]),
+            "no link of this host holds the Node's InternalIP 192.168.98.7",
+        ),
+        (
+            "both --set and the uplink",
+            args(
+                "node-mtu",
+                &["--mtu-for-cluster-mode", "auto", "--set", "MTU=9000"],
+            ),
+            "--set MTU and --mtu-for-cluster-mode both give ${MTU}",
+        ),
+        (
+            "a mode that is none",
+            args("node-mtu", &["--mtu-for-cluster-mode", "fast"]),
+            "fast",
+        ),
+        (
+            "no Node to name the uplink",
+            node.install_args(&template)
+                .into_iter()
+                .chain(["--mtu-for-cluster-mode".to_string(), "auto".to_string()])
+                .collect(),
+            "--mtu-for-cluster-mode needs --pod-cidr-from-node",
+        ),
+    ] {
+        let (code, out, err, _) = run_ns(&a);
+        assert_eq!(
+            code,
+            if what == "a mode that is none" { 2 } else { 1 },
+            "{what}: {out}\n{err}"
+        );
+        assert!(err.contains(expect), "{what}: expected {expect:?} in {err}");
+        assert_eq!(node.files(), before, "{what}: something was written");
+    }
+    let (code, out, err, _) = run_ns(&args("node-a", &[]));
+    assert_eq!(code, 0, "{out}\n{err}");
     assert!(
         api.requests()
             .lines()

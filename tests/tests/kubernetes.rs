@@ -414,6 +414,16 @@ impl Node {
         assert_eq!(spec["hostNetwork"], true);
         let root = TempDir::new(&format!("{tag}-node"));
         let ns = Netns::new(tag);
+        // The node's uplink, holding its InternalIP (the stand-in API
+        // server's node-a has 192.168.99.1): the pods' MTU comes from it.
+        // A bridge of no ports, so the pods' veths stay the only ones.
+        for cmd in [
+            "ip link add eth0 mtu 1480 type bridge",
+            "ip addr add 192.168.99.1/24 dev eth0",
+            "ip link set eth0 up",
+        ] {
+            ns.exec(&cmd.split(' ').collect::<Vec<_>>());
+        }
         let api = KubeApi::start(&ns);
         let configmaps = root.join("configmap");
         fs::create_dir_all(&configmaps).unwrap();
@@ -749,6 +759,11 @@ fn containerd_runs_pods_on_the_daemonset_through_an_upgrade_and_uninstall() {
     );
     let meta = fs::metadata(node.conflist()).unwrap();
     assert_eq!((meta.mode() & 0o777, meta.uid()), (0o600, 0));
+    let conf: Value = serde_json::from_slice(&fs::read(node.conflist()).unwrap()).unwrap();
+    assert_eq!(
+        conf["plugins"][0]["chain"][0]["mtu"], 1430,
+        "the pods' MTU: the uplink's 1480 less VXLAN's 50"
+    );
     for b in ["wasm-cni", "wasm-cni-engine"] {
         let meta = fs::metadata(bin_dir.join(b)).unwrap();
         assert_eq!((meta.mode() & 0o777, meta.uid()), (0o755, 0), "{b}");

@@ -408,6 +408,51 @@ fn route_to(
     Ok((r, Some((peer, v))))
 }
 
+/// The largest MTU this node's pods may have in `mode`: that of the link
+/// holding the node's InternalIPs (the smallest, if they are on different
+/// links), less the tunnel's encapsulation of the widest underlay unless
+/// every peer is reached directly. `auto` counts the tunnel too: a peer on
+/// another subnet may join later, and a pod's MTU is fixed at its ADD.
+pub fn pod_mtu(
+    mode: Mode,
+    connected: &[Connected],
+    internal_ips: &[IpAddr],
+) -> Result<u32, String> {
+    if internal_ips.is_empty() {
+        return Err("the Node has no InternalIP".into());
+    }
+    let mut uplink = u32::MAX;
+    for ip in internal_ips {
+        let link = connected
+            .iter()
+            .find(|c| c.addr.addr() == *ip)
+            .ok_or_else(|| {
+                format!("no link of this host holds the Node's InternalIP {ip} (run on the node's network)")
+            })?;
+        uplink = uplink.min(link.mtu);
+    }
+    let overhead = match mode {
+        Mode::Direct => 0,
+        Mode::Auto | Mode::Vxlan => internal_ips
+            .iter()
+            .map(|ip| vxlan_overhead(*ip))
+            .max()
+            .unwrap_or(0),
+    };
+    // IPv6 needs 1280 on every link; IPv4's 576 is what every host must take.
+    let floor = if internal_ips.iter().any(IpAddr::is_ipv6) {
+        1280
+    } else {
+        576
+    };
+    match uplink.checked_sub(overhead) {
+        Some(mtu) if mtu >= floor => Ok(mtu),
+        _ => Err(format!(
+            "the uplink's MTU {uplink} leaves pods less than {floor} after {overhead} bytes of tunnel"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     //! The Node objects are the attacker's here: each hostile Node must add
@@ -764,5 +809,41 @@ mod tests {
         nodes.insert("x".into(), node("x", &["0.0.0.0/0"], &["192.168.1.9"]));
         let bad = plan(&settings(Mode::Auto), &nodes, &f.connected.clone());
         assert!(reconcile(&mut f, &bad.layout).unwrap().is_noop());
+    }
+
+    #[test]
+    fn a_pods_mtu_is_the_uplinks_less_the_widest_tunnel() {
+        let link = |name: &str, addr: &str, mtu: u32| Connected {
+            link: name.into(),
+            addr: addr.parse().unwrap(),
+            mtu,
+        };
+        let links = [
+            link("eth0", "192.168.1.5/24", 1500),
+            link("eth0", "fd00:1::5/64", 1500),
+            link("jumbo", "10.9.0.5/24", 9000),
+        ];
+        let v4: IpAddr = "192.168.1.5".parse().unwrap();
+        let v6: IpAddr = "fd00:1::5".parse().unwrap();
+        assert_eq!(pod_mtu(Mode::Auto, &links, &[v4]), Ok(1450));
+        assert_eq!(pod_mtu(Mode::Vxlan, &links, &[v4, v6]), Ok(1430));
+        assert_eq!(pod_mtu(Mode::Direct, &links, &[v4, v6]), Ok(1500));
+        // The smallest of the links that hold an InternalIP.
+        let j: IpAddr = "10.9.0.5".parse().unwrap();
+        assert_eq!(pod_mtu(Mode::Direct, &links, &[j, v4]), Ok(1500));
+        assert_eq!(pod_mtu(Mode::Direct, &links, &[j]), Ok(9000));
+        // An InternalIP that no link holds (a Node's lie, or the installer
+        // off the node's network) is an error, not a guess.
+        let far: IpAddr = "192.168.1.6".parse().unwrap();
+        assert!(pod_mtu(Mode::Auto, &links, &[far])
+            .unwrap_err()
+            .contains("no link of this host holds"));
+        assert!(pod_mtu(Mode::Auto, &links, &[]).is_err());
+        // Too small a link to carry IPv6 through a tunnel.
+        let small = [link("eth0", "fd00:1::5/64", 1330)];
+        assert!(pod_mtu(Mode::Vxlan, &small, &[v6])
+            .unwrap_err()
+            .contains("less than 1280"));
+        assert_eq!(pod_mtu(Mode::Direct, &small, &[v6]), Ok(1330));
     }
 }

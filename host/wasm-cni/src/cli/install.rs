@@ -817,12 +817,22 @@ fn render(a: &InstallArgs) -> Result<(Vec<u8>, config::NetConf, Option<String>),
     if let Some(node) = &a.kube.pod_cidr_from_node {
         for (k, v) in super::kube::pod_cidr_values(&a.kube, node)? {
             if values.contains_key(&k) {
+                let flag = if k == "MTU" {
+                    "--mtu-for-cluster-mode"
+                } else {
+                    "--pod-cidr-from-node"
+                };
                 return Err(format!(
-                    "--set {k} and --pod-cidr-from-node both give ${{{k}}}: choose one"
+                    "--set {k} and {flag} both give ${{{k}}}: choose one"
                 ));
             }
             values.insert(k, v);
         }
+    } else if a.kube.mtu_for_cluster_mode.is_some() {
+        return Err(
+            "--mtu-for-cluster-mode needs --pod-cidr-from-node (the Node's InternalIPs name the uplink)"
+                .into(),
+        );
     }
     let text = read_bounded(&a.template, MAX_TEMPLATE_BYTES)
         .map_err(|e| format!("--template {}: {e}", a.template.display()))?;

@@ -1,11 +1,13 @@
 //! The installer's one read of the Kubernetes API: this node's pod CIDRs
 //! (`spec.podCIDRs`), with the pod's service account, for a template's
-//! `${POD_CIDR}`. RBAC: `get` on `nodes`, nothing else.
+//! `${POD_CIDR}`, and its InternalIPs, whose link gives `${MTU}`. RBAC:
+//! `get` on `nodes`, nothing else.
 //!
 //! The reply is untrusted input to a root process: read under a size limit
 //! and a deadline, every CIDR parsed (a value never adds JSON structure to
 //! the conflist), no redirect followed, and the token sent over HTTPS only.
 
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -88,11 +90,17 @@ pub struct KubeArgs {
     /// The shortest IPv6 prefix a Node's pod CIDR may have.
     #[arg(long, value_name = "LEN", default_value_t = PodCidrBounds::DEFAULT.v6)]
     pub min_pod_cidr_prefix_v6: u8,
+    /// Fill ${MTU} too, for cluster mode in MODE (auto, direct, vxlan): the
+    /// MTU of the link holding the Node's InternalIPs, less VXLAN's
+    /// encapsulation unless MODE is direct. Needs --pod-cidr-from-node, and
+    /// the installer on the node's network.
+    #[arg(long, value_name = "MODE")]
+    pub mtu_for_cluster_mode: Option<wasm_cni_cluster::plan::Mode>,
 }
 
 /// The node's pod CIDRs, as placeholder values.
 pub fn pod_cidr_values(a: &KubeArgs, node: &str) -> Result<Vec<(String, String)>, String> {
-    let cidrs = pod_cidrs(a, node)?;
+    let (cidrs, internal_ips) = pod_cidrs(a, node)?;
     let mut out = vec![
         ("POD_CIDR".to_string(), cidrs[0].to_string()),
         (
@@ -109,6 +117,15 @@ pub fn pod_cidr_values(a: &KubeArgs, node: &str) -> Result<Vec<(String, String)>
     }
     if let Some(v6) = cidrs.iter().find(|c| matches!(c, IpNet::V6(_))) {
         out.push(("POD_CIDR_V6".into(), v6.to_string()));
+    }
+    if let Some(mode) = a.mtu_for_cluster_mode {
+        use wasm_cni_kernel::fabric::{Fabric, KernelFabric};
+        let connected = KernelFabric::open(wasm_cni_kernel::net::NsRef::Current)
+            .and_then(|mut f| f.connected())
+            .map_err(|e| format!("--mtu-for-cluster-mode: this host's links: {e}"))?;
+        let mtu = wasm_cni_cluster::plan::pod_mtu(mode, &connected, &internal_ips)
+            .map_err(|e| format!("--mtu-for-cluster-mode: node {node}: {e}"))?;
+        out.push(("MTU".into(), mtu.to_string()));
     }
     Ok(out)
 }
@@ -134,21 +151,25 @@ fn api_url(a: &KubeArgs, name: &str) -> Result<Url, String> {
     Ok(url)
 }
 
-fn pod_cidrs(a: &KubeArgs, node: &str) -> Result<Vec<IpNet>, String> {
+/// A Node's pod CIDRs and its InternalIPs.
+type CidrsAndIps = (Vec<IpNet>, Vec<IpAddr>);
+
+/// The Node's pod CIDRs, within bounds, and its InternalIPs.
+fn pod_cidrs(a: &KubeArgs, node: &str) -> Result<CidrsAndIps, String> {
     let bounds = PodCidrBounds {
         v4: a.min_pod_cidr_prefix_v4,
         v6: a.min_pod_cidr_prefix_v6,
     };
-    let cidrs = fetch_pod_cidrs(a, node)?;
+    let (cidrs, ips) = fetch_pod_cidrs(a, node)?;
     for net in &cidrs {
         bounds
             .check(net)
             .map_err(|why| format!("--pod-cidr-from-node {node}: spec.podCIDRs: {why}"))?;
     }
-    Ok(cidrs)
+    Ok((cidrs, ips))
 }
 
-fn fetch_pod_cidrs(a: &KubeArgs, node: &str) -> Result<Vec<IpNet>, String> {
+fn fetch_pod_cidrs(a: &KubeArgs, node: &str) -> Result<CidrsAndIps, String> {
     let url = api_url(a, node)?;
     let token_file = a.api.token_file();
     let ca_file = a.api.ca_file();
@@ -181,7 +202,7 @@ fn fetch_pod_cidrs(a: &KubeArgs, node: &str) -> Result<Vec<IpNet>, String> {
         );
         let why = match attempt {
             Ok(reply) if reply.status == StatusCode::OK => match parse_node(&reply.body) {
-                Ok(Some(cidrs)) => return Ok(cidrs),
+                Ok(Some(found)) => return Ok(found),
                 Ok(None) => format!("node {node:?} has no spec.podCIDRs yet"),
                 Err(e) => return Err(format!("{}: {e}", url.origin())),
             },
@@ -226,15 +247,17 @@ fn fetch_pod_cidrs(a: &KubeArgs, node: &str) -> Result<Vec<IpNet>, String> {
     }
 }
 
-/// A Node's pod CIDRs: `spec.podCIDRs`, else `spec.podCIDR`; None when it
-/// has none yet. Anything but a list of CIDRs is an error.
-fn parse_node(body: &[u8]) -> Result<Option<Vec<IpNet>>, String> {
+/// A Node's pod CIDRs (`spec.podCIDRs`, else `spec.podCIDR`) and its
+/// InternalIPs; None when it has no CIDR yet. Anything but a list of CIDRs
+/// is an error.
+fn parse_node(body: &[u8]) -> Result<Option<CidrsAndIps>, String> {
     let v: Value = serde_json::from_slice(body).map_err(|e| format!("not a Node: {e}"))?;
     if v.get("kind").and_then(Value::as_str) != Some("Node") {
         return Err("the reply is not a Node".into());
     }
-    let cidrs = node::parse(&v)?.cidrs?;
-    Ok((!cidrs.is_empty()).then_some(cidrs))
+    let node = node::parse(&v)?;
+    let cidrs = node.cidrs?;
+    Ok((!cidrs.is_empty()).then_some((cidrs, node.internal_ips)))
 }
 
 #[cfg(test)]
@@ -252,12 +275,13 @@ mod tests {
             ))
             .unwrap()
             .unwrap()
+            .0
             .len(),
             2
         );
         assert_eq!(
             parse_node(&node(r#"{"podCIDR":"10.1.0.0/24"}"#)).unwrap(),
-            Some(vec!["10.1.0.0/24".parse().unwrap()])
+            Some((vec!["10.1.0.0/24".parse().unwrap()], vec![]))
         );
         assert_eq!(parse_node(&node("{}")).unwrap(), None);
         assert_eq!(parse_node(&node(r#"{"podCIDRs":[]}"#)).unwrap(), None);
@@ -286,6 +310,7 @@ mod tests {
             api_wait_ms: 0,
             min_pod_cidr_prefix_v4: 16,
             min_pod_cidr_prefix_v6: 48,
+            mtu_for_cluster_mode: None,
         };
         assert_eq!(
             api_url(&a, "node-1.x").unwrap().target,
