@@ -139,20 +139,7 @@ impl Etcd {
 impl Etcd {
     /// CPU etcd has used so far (user + system).
     fn cpu(&self) -> Duration {
-        let stat =
-            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
-        // Fields after the command name (which may hold spaces).
-        let fields: Vec<&str> = stat
-            .rsplit_once(')')
-            .map(|(_, rest)| rest.split_whitespace().collect())
-            .unwrap_or_default();
-        let ticks: u64 = [11, 12]
-            .iter()
-            .filter_map(|i| fields.get(*i)?.parse::<u64>().ok())
-            .sum();
-        // SAFETY: sysconf has no preconditions.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-        Duration::from_micros(ticks * 1_000_000 / hz)
+        crate::proc::cpu_time(self.child.id()).unwrap_or_default()
     }
 }
 

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::proc::{exec, in_netns, Cni, Netns, WorkDir};
+use crate::proc::{cpu_time, exec, in_netns, status_field, Cni, Netns, WorkDir};
 use crate::scenarios::{wasm_conf, Programs};
 
 const TOKEN: &str = "bench-token";
@@ -628,11 +628,14 @@ pub fn measure(progs: &Programs, work: &WorkDir, k: &Knobs) -> io::Result<Figure
     let pid = nodes[0]
         .pid()
         .ok_or_else(|| io::Error::other("n1's daemon is gone"))?;
-    figures.rss_kib = rss_kib(pid)?;
-    let before = cpu_time(pid)?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    figures.rss_kib =
+        status_field(&status, "VmRSS:").ok_or_else(|| io::Error::other("no VmRSS"))?;
+    let cpu = || cpu_time(pid).ok_or_else(|| io::Error::other("n1's daemon: no CPU time"));
+    let before = cpu()?;
     std::thread::sleep(k.idle);
     figures.idle = k.idle;
-    figures.idle_cpu = cpu_time(pid)?.saturating_sub(before);
+    figures.idle_cpu = cpu()?.saturating_sub(before);
 
     let hand = Hand::new(&lan)?;
     let mut servers = vec![
@@ -693,38 +696,6 @@ fn wait_routes(node: &Node, cidr: &str, dev: &str) -> io::Result<()> {
             )));
         }
         std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn rss_kib(pid: u32) -> io::Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .ok_or_else(|| io::Error::other("no VmRSS"))
-}
-
-/// User + system time of `pid`, every thread's.
-fn cpu_time(pid: u32) -> io::Result<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // Fields after the command name, which may hold spaces: utime and stime
-    // are the 14th and 15th of the whole line.
-    let rest = stat
-        .rsplit_once(')')
-        .map(|(_, r)| r)
-        .ok_or_else(|| io::Error::other("/proc/pid/stat"))?;
-    let f: Vec<u64> = rest
-        .split_whitespace()
-        .skip(11)
-        .take(2)
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    match f[..] {
-        [u, s] => Ok(Duration::from_secs_f64((u + s) as f64 / hz)),
-        _ => Err(io::Error::other("/proc/pid/stat: no times")),
     }
 }
 

@@ -224,6 +224,30 @@ pub fn check_interrupted() -> io::Result<()> {
     }
 }
 
+/// User + system CPU time `pid` has used so far, every thread's; None
+/// when its `/proc/PID/stat` cannot be read or parsed.
+pub fn cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which may hold spaces: utime and stime
+    // are the 14th and 15th of the whole line.
+    let (_, rest) = stat.rsplit_once(')')?;
+    let mut fields = rest.split_whitespace().skip(11);
+    let mut tick = || fields.next()?.parse::<u64>().ok();
+    let ticks = tick()? + tick()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Some(Duration::from_micros(ticks * 1_000_000 / hz))
+}
+
+/// A number field of `/proc/PID/status` text: `VmRSS:` (kB), `Threads:`.
+pub fn status_field(status: &str, name: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(name))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+}
+
 /// Namespaces this process made and has not deleted yet: swept by
 /// [`sweep_namespaces`] on the way out whatever happened.
 static LIVE: Mutex<Vec<String>> = Mutex::new(Vec::new());

@@ -87,14 +87,7 @@ pub fn kinds_diff(from: &Sample, to: &Sample) -> String {
 
 fn sample(pid: u32, cycles: usize) -> io::Result<Sample> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
+    let field = |name: &str| crate::proc::status_field(&status, name).unwrap_or(0);
     let mut kinds = BTreeMap::new();
     let mut fds = 0;
     for entry in std::fs::read_dir(format!("/proc/{pid}/fd"))?.flatten() {
