@@ -461,21 +461,18 @@ impl Cluster {
         }
     }
 
-    /// Every pod on the network (but the host-port ones), and where to run
-    /// a program in it.
-    fn endpoints(&self) -> Vec<Endpoint> {
+    /// Every pod, and where to run a program in it.
+    fn all_pods(&self) -> Vec<Endpoint> {
         let mut out = Vec::new();
         for (i, n) in self.nodes.iter().enumerate() {
             out.push(Endpoint {
                 name: format!("{}-pod", n.name),
                 node: i,
-                enter: ["ip", "netns", "exec", &n.pod.as_ref().unwrap().name]
-                    .map(String::from)
-                    .to_vec(),
+                enter: netns_enter(&n.pod.as_ref().unwrap().name),
                 v4: n.pod4.clone(),
                 v6: n.pod6.clone(),
             });
-            for p in n.cri_pods.iter().filter(|p| p.name.ends_with("-web")) {
+            for p in &n.cri_pods {
                 out.push(Endpoint {
                     name: p.name.clone(),
                     node: i,
@@ -488,26 +485,21 @@ impl Cluster {
         out
     }
 
+    /// Every pod but the host-port ones: what the conformance checks dial.
+    fn endpoints(&self) -> Vec<Endpoint> {
+        let mut out = self.all_pods();
+        out.retain(|p| !p.name.contains("-hp-"));
+        out
+    }
+
     /// A netserver in every pod and one outside the cluster, on the router.
     fn netservers(&mut self) {
-        let mut at: Vec<(String, Vec<String>)> = Vec::new();
-        for n in &self.nodes {
-            at.push((
-                format!("{}-pod", n.name),
-                ["ip", "netns", "exec", &n.pod.as_ref().unwrap().name]
-                    .map(String::from)
-                    .to_vec(),
-            ));
-            for p in &n.cri_pods {
-                at.push((p.name.clone(), cri_enter(p)));
-            }
-        }
-        at.push((
-            "outside".into(),
-            ["ip", "netns", "exec", &self.rt.name]
-                .map(String::from)
-                .to_vec(),
-        ));
+        let mut at: Vec<(String, Vec<String>)> = self
+            .all_pods()
+            .into_iter()
+            .map(|p| (p.name, p.enter))
+            .collect();
+        at.push(("outside".into(), netns_enter(&self.rt.name)));
         for (name, enter) in at {
             let mut child = Command::new(&enter[0])
                 .args(&enter[1..])
@@ -620,6 +612,11 @@ fn podnet(plugins: &std::path::Path, n: &Node, version: &str) -> Value {
             },
         }],
     })
+}
+
+/// The command prefix that runs a program in network namespace `name`.
+fn netns_enter(name: &str) -> Vec<String> {
+    ["ip", "netns", "exec", name].map(String::from).to_vec()
 }
 
 fn cri_enter(p: &CriPod) -> Vec<String> {
@@ -843,8 +840,7 @@ fn pods_on_different_nodes_reach_each_other_and_hostile_nodes_change_nothing() {
             want.extend(each(&dst.v4, format!("{} ", dst.name)));
             want.extend(each(&dst.v6, format!("{} ", dst.name)));
         }
-        let enter = ["ip", "netns", "exec", &n.ns.name].map(String::from);
-        failed.extend(expect_answers(&n.name, &enter, &want));
+        failed.extend(expect_answers(&n.name, &netns_enter(&n.ns.name), &want));
     }
     // HostPort 54323 three times on n1: on 127.0.0.1 over TCP, on its
     // address over TCP and over UDP, each reaching its own pod; from
@@ -858,7 +854,7 @@ fn pods_on_different_nodes_reach_each_other_and_hostile_nodes_change_nothing() {
         hp("tcp", &n1v4, "hp-ip"),
         hp("udp", &n1v4, "hp-udp"),
     ];
-    let enter = |n: &Node| ["ip", "netns", "exec", &n.ns.name].map(String::from);
+    let enter = |n: &Node| netns_enter(&n.ns.name);
     failed.extend(expect_answers("n1", &enter(&c.nodes[0]), &on_n1));
     for n in &c.nodes[1..] {
         failed.extend(expect_answers(&n.name, &enter(n), &on_n1[1..]));
